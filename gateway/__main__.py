@@ -1,0 +1,61 @@
+"""The `slo-gateway` command line: serve, demo, and the tools registered by their packages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from gateway.app import create_app
+from gateway.settings import ConfigError, Settings, load_config
+
+cli = typer.Typer(
+    help="slo-gateway: an OpenAI-compatible gateway that routes each request to meet its SLO.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@cli.command()
+def serve(
+    config: Annotated[
+        Path | None, typer.Option(help="The YAML config file (or GATEWAY_CONFIG).")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="Bind address (or GATEWAY_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (or GATEWAY_PORT).")] = None,
+) -> None:
+    """Run the gateway from a config file."""
+    settings = Settings()
+    path = config or settings.config
+    if path is None:
+        raise typer.BadParameter("pass --config FILE or set GATEWAY_CONFIG", param_hint="--config")
+    try:
+        gateway_config = load_config(path)
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    app = create_app(gateway_config, settings)
+    uvicorn.run(
+        app,
+        host=host or settings.host,
+        port=port or settings.port,
+        log_level=settings.log_level,
+        lifespan="on",
+    )
+
+
+def _register_tools() -> None:
+    from gateway import demo
+
+    demo.register(cli)
+
+
+def main() -> None:
+    _register_tools()
+    cli()
+
+
+if __name__ == "__main__":
+    main()

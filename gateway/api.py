@@ -1,0 +1,193 @@
+"""OpenAI routes. Bodies stay opaque: only the fields routing needs are read and checked; every
+other field passes through untouched, and `model` is rewritten per endpoint by the proxy.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from gateway import tokens
+from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
+from gateway.outcome import body_result, stream_result
+from gateway.proxy import UpstreamCall, relay
+from gateway.router import ClientGone, Routed
+from gateway.runtime import Runtime
+from gateway.sse import StreamWatch
+from policies.base import RouteRequest
+
+routes = APIRouter()
+Kind = Literal["chat", "completions", "embeddings"]
+STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    model: str
+    stream: bool
+    max_tokens: int | None
+
+
+@routes.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    return await handle(request, "/chat/completions", "chat")
+
+
+@routes.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    return await handle(request, "/completions", "completions")
+
+
+@routes.post("/v1/embeddings")
+async def embeddings(request: Request) -> Response:
+    return await handle(request, "/embeddings", "embeddings")
+
+
+@routes.get("/v1/models")
+async def models(request: Request) -> JSONResponse:
+    runtime: Runtime = request.app.state.runtime
+    runtime.keyring.caller(request.headers.get("authorization"))
+    data = [
+        {"id": m, "object": "model", "created": 0, "owned_by": "slo-gateway"}
+        for m in runtime.registry.models()
+    ]
+    return JSONResponse({"object": "list", "data": data})
+
+
+async def handle(request: Request, path: str, kind: Kind) -> Response:
+    runtime: Runtime = request.app.state.runtime
+    caller = runtime.keyring.caller(request.headers.get("authorization"))
+    request.state.tenant = caller.tenant
+    body = await read_body(request, runtime.config.server.max_body_bytes)
+    fields = route_fields(body, kind)
+    if not runtime.registry.serving(fields.model):
+        raise ModelNotFound(
+            f"The model {fields.model!r} does not exist or you do not have access to it.",
+            code="model_not_found",
+            param="model",
+        )
+    slo = runtime.keyring.slo(caller, request.headers.get("x-slo-class"))
+    route = RouteRequest(
+        request_id=request.state.request_id,
+        model=fields.model,
+        tenant=caller.tenant,
+        slo=slo,
+        prompt_tokens=tokens.estimate_prompt_tokens(body),
+        max_tokens=fields.max_tokens,
+        stream=fields.stream,
+        seq=runtime.next_seq(),
+    )
+    ranking = await runtime.router.rank(route)
+    call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream)
+    try:
+        routed = await runtime.router.open(call, route, ranking, lambda: disconnected(request))
+    except ClientGone:
+        return Response(status_code=499)
+    return respond(runtime, routed, route)
+
+
+def respond(runtime: Runtime, routed: Routed, route: RouteRequest) -> Response:
+    opened = routed.opened
+    headers = explain(routed, route) | opened.headers()
+    finisher = runtime.router.finisher
+    if not route.stream or opened.status >= 300:
+        finisher.finish(opened, route, body_result(opened, route.prompt_tokens))
+        return Response(opened.first, status_code=opened.status, headers=headers)
+    watch = StreamWatch(started_s=opened.started_s)
+
+    def on_end(outcome: str) -> None:
+        finisher.finish(opened, route, stream_result(opened, watch, outcome, route.prompt_tokens))
+
+    return StreamingResponse(
+        relay(opened, watch, on_end), status_code=opened.status, headers=headers | STREAM_HEADERS
+    )
+
+
+def explain(routed: Routed, route: RouteRequest) -> dict[str, str]:
+    headers = {
+        "x-slo-gateway-endpoint": routed.opened.endpoint.id,
+        "x-slo-gateway-class": route.slo.name,
+        "x-slo-gateway-attempts": str(routed.attempts),
+    }
+    if routed.ranking.predicted_ttft_s is not None:
+        headers["x-slo-gateway-predicted-ttft-ms"] = f"{routed.ranking.predicted_ttft_s * 1e3:.0f}"
+        headers["x-slo-gateway-at-risk"] = "true" if routed.ranking.at_risk else "false"
+    return headers
+
+
+async def disconnected(request: Request) -> None:
+    """Return when the client disconnects (the body has been read, so nothing else arrives)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def read_body(request: Request, max_bytes: int) -> dict[str, Any]:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(max_bytes)
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > max_bytes:
+            raise _too_large(max_bytes)
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidRequest(
+            f"The request body is not valid JSON ({exc}). Send a JSON object with "
+            "'Content-Type: application/json'.",
+            code="invalid_json",
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def _too_large(max_bytes: int) -> BodyTooLarge:
+    return BodyTooLarge(
+        f"The request body exceeds the gateway's limit of {max_bytes} bytes; shorten the prompt.",
+        code="request_too_large",
+    )
+
+
+def route_fields(body: dict[str, Any], kind: Kind) -> Fields:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _invalid("You must provide a model parameter (a non-empty string).", "model")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool) and stream is not None:
+        raise _invalid("'stream' must be a boolean.", "stream")
+    _required_input(body, kind)
+    return Fields(model, bool(stream) and kind != "embeddings", _max_tokens(body))
+
+
+def _required_input(body: dict[str, Any], kind: Kind) -> None:
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _invalid("'messages' must be a non-empty array of message objects.", "messages")
+        if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            raise _invalid("Each message must be an object with a string 'role'.", "messages")
+    elif kind == "completions" and not isinstance(body.get("prompt"), str | list):
+        raise _invalid("'prompt' must be a string or an array.", "prompt")
+    elif kind == "embeddings" and not isinstance(body.get("input"), str | list):
+        raise _invalid("'input' must be a string or an array.", "input")
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _invalid(f"'{name}' must be a positive integer.", name)
+        return value
+    return None
+
+
+def _invalid(message: str, param: str) -> InvalidRequest:
+    return InvalidRequest(message, code="invalid_value", param=param)

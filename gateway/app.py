@@ -1,0 +1,110 @@
+"""create_app(config): the ASGI app. Its lifespan builds the runtime and owns every task."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway import api, ops
+from gateway.errors import GatewayError, InvalidRequest
+from gateway.runtime import Runtime
+from gateway.settings import GatewayConfig, Settings
+from gateway.stats.base import StatsStore
+from gateway.stats.memory import MemoryStatsStore
+from gateway.telemetry import Metrics, log
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def create_app(
+    config: GatewayConfig, settings: Settings | None = None, store: StatsStore | None = None
+) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        chosen, kind = (store, "custom") if store else (MemoryStatsStore(), "memory")
+        runtime = Runtime.build(config, chosen, kind, Metrics())
+        app.state.runtime = runtime
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    app = FastAPI(
+        title="slo-gateway",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        exception_handlers={
+            GatewayError: _gateway_error,
+            HTTPException: _http_error,
+            RequestValidationError: _validation_error,
+            Exception: _unexpected,
+        },
+    )
+    app.include_router(api.routes)
+    app.include_router(ops.routes)
+    app.add_middleware(RequestIdMiddleware)
+    return app
+
+
+async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    error = GatewayError(str(exc.detail), code=f"http_{exc.status_code}")
+    error.status = exc.status_code
+    error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    error = InvalidRequest(f"Invalid request: {exc.errors()}", code="invalid_value")
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unexpected error on %s", request.url.path)
+    error = GatewayError("The gateway hit an internal error.", code="internal_error")
+    return JSONResponse(error.body(), status_code=500)
+
+
+class RequestIdMiddleware:
+    """Accept a well-formed `x-request-id` or make one; expose it to handlers and echo it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _incoming_id(scope) or uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode()))
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def _incoming_id(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            text = value.decode("latin-1")
+            return text if _REQUEST_ID.match(text) else None
+    return None

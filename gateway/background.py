@@ -1,0 +1,34 @@
+"""Fire-and-forget work off the request path (stats updates, lease releases), still owned:
+tasks are tracked so shutdown can wait for them and failures are logged, never lost silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any
+
+from gateway.telemetry import log
+
+
+class Background:
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("background task failed: %r", task.exception())
+
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    async def drain(self, timeout_s: float = 5.0) -> None:
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout_s)

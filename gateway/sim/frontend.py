@@ -1,0 +1,369 @@
+"""The OpenAI-compatible HTTP surface shared by the simulated engine and provider.
+
+A `Frontend` answers the OpenAI routes and the simulator's own `/sim/faults` and `/sim/stats`,
+and asks a `TokenSource` (the engine model loop, or the provider's latency draws) for output
+tokens. It applies faults in a fixed order before any work: auth (401), `status_code`
+override, `insufficient_quota` (429), `error_rate` (500), `hang`, unknown model (404), bad body
+(400), then the source's own refusal (context too long, concurrency limit). Client disconnects
+are watched for the whole request, so a gone client always frees its sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncGenerator, Callable, Coroutine
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from gateway.sim.faults import FaultState
+from gateway.sim.wire import (
+    CompletionRequest,
+    CompletionWriter,
+    InvalidBody,
+    Kind,
+    embeddings_body,
+    error_body,
+    models_body,
+    parse_completion,
+)
+
+Outcome = Literal["completed", "cancelled", "dropped"]
+_CLIENT_GONE = 499  # nobody reads it; nginx's code for "client closed request"
+
+
+class TokenSource(Protocol):
+    owned_by: str
+
+    def refuse(self, request: CompletionRequest, in_progress: int) -> Response | None: ...
+
+    def headers(self, in_progress: int) -> dict[str, str]: ...
+
+    def tokens(self, request: CompletionRequest) -> AsyncGenerator[int, None]: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FrontendOptions:
+    model: str
+    api_key: str | None = None
+    strict_model: bool = True
+    default_max_tokens: int = 64
+    separate_finish: bool = False
+
+
+@dataclass(slots=True)
+class SimStats:
+    requests_received: int = 0
+    in_progress: int = 0
+    errors_injected: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    last_model: str | None = None
+    authorization_present: bool = False
+
+    def begin(self) -> Flight:
+        self.in_progress += 1
+        return Flight(self)
+
+    def count(self, outcome: Outcome) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requests_received": self.requests_received,
+            "in_progress": self.in_progress,
+            "completed": self.outcomes.get("completed", 0),
+            "cancelled": self.outcomes.get("cancelled", 0),
+            "dropped": self.outcomes.get("dropped", 0),
+            "errors_injected": self.errors_injected,
+            "last_model": self.last_model,
+            "authorization_present": self.authorization_present,
+        }
+
+
+@dataclass(slots=True)
+class Flight:
+    """One admitted request; `close` ends it exactly once with its outcome."""
+
+    stats: SimStats
+    outcome: Outcome = "cancelled"
+    closed: bool = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.stats.in_progress -= 1
+            self.stats.count(self.outcome)
+
+
+class StreamCut(Exception):
+    """Raised inside a stream to cut the connection without a clean end (fault injection)."""
+
+
+class _Refusal(Exception):
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+
+
+def error_response(
+    status: int, message: str, error_type: str, *, code: str | None = None, **headers: str
+) -> JSONResponse:
+    return JSONResponse(error_body(message, error_type, code=code), status, headers=headers)
+
+
+async def wait_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(work: Coroutine[Any, Any, None], receive: Receive) -> bool:
+    """Run work until it ends or the client leaves; False (work cancelled) if the client left."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(wait_disconnect(receive))
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        task.cancel()
+        watch.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()  # re-raises what the work raised
+    return True
+
+
+class SseResponse(Response):
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        events: AsyncGenerator[bytes, None],
+        *,
+        headers: dict[str, str],
+        on_close: Callable[[], None],
+    ) -> None:
+        self.status_code = 200
+        self.background = None
+        self.init_headers(headers)
+        self._events = events
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await unless_disconnected(self._send_all(send), receive)
+        except StreamCut:
+            return  # uvicorn closes the connection of a response left unfinished
+        finally:
+            self._on_close()
+
+    async def _send_all(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        async with aclosing(self._events) as events:
+            async for event in events:
+                await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class Frontend:
+    def __init__(
+        self,
+        options: FrontendOptions,
+        source: TokenSource,
+        faults: FaultState,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.options = options
+        self.source = source
+        self.faults = faults
+        self.clock = clock
+        self.stats = SimStats()
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/sim/faults", self.get_faults, methods=["GET"]),
+            Route("/sim/faults", self.set_faults, methods=["POST"]),
+            Route("/sim/stats", self.get_stats, methods=["GET"]),
+        ]
+
+    async def chat(self, request: Request) -> Response:
+        return await self._answer(self._completion(request, "chat"))
+
+    async def completions(self, request: Request) -> Response:
+        return await self._answer(self._completion(request, "completion"))
+
+    async def embeddings(self, request: Request) -> Response:
+        return await self._answer(self._embeddings(request))
+
+    async def models(self, request: Request) -> Response:
+        try:
+            self._check_auth(request)
+        except _Refusal as refusal:
+            return refusal.response
+        return JSONResponse(models_body(self.options.model, self.source.owned_by))
+
+    async def health(self, request: Request) -> Response:
+        status = self.faults.faults.status_code or 200
+        return Response(status_code=status)
+
+    async def get_faults(self, request: Request) -> Response:
+        return JSONResponse(self.faults.faults.model_dump())
+
+    async def set_faults(self, request: Request) -> Response:
+        try:
+            patch = await request.json()
+            faults = self.faults.update(patch, now_s=self.clock())
+        except (json.JSONDecodeError, TypeError, ValidationError) as exc:
+            return error_response(400, f"invalid faults: {exc}", "invalid_request_error")
+        return JSONResponse(faults.model_dump())
+
+    async def get_stats(self, request: Request) -> Response:
+        return JSONResponse(self.stats.to_json() | self.source.stats())
+
+    async def _answer(self, work: Coroutine[Any, Any, Response]) -> Response:
+        try:
+            return await work
+        except _Refusal as refusal:
+            return refusal.response
+
+    async def _completion(self, request: Request, kind: Kind) -> Response:
+        body = await self._admit(request)
+        try:
+            parsed = parse_completion(
+                body, kind, default_max_tokens=self.options.default_max_tokens
+            )
+        except InvalidBody as exc:
+            return error_response(400, str(exc), "invalid_request_error")
+        refusal = self.source.refuse(parsed, self.stats.in_progress)
+        if refusal is not None:
+            return refusal
+        if parsed.stream:
+            return self._stream(parsed)
+        return await self._whole(parsed, request.receive)
+
+    async def _embeddings(self, request: Request) -> Response:
+        body = await self._admit(request)
+        try:
+            return JSONResponse(embeddings_body(body))
+        except InvalidBody as exc:
+            return error_response(400, str(exc), "invalid_request_error")
+
+    async def _admit(self, request: Request) -> Any:
+        """Read the body and apply auth, faults and the model check; raises _Refusal."""
+        try:
+            body = await request.json()
+        except json.JSONDecodeError:
+            invalid = error_response(400, "invalid JSON body", "invalid_request_error")
+            raise _Refusal(invalid) from None
+        self._record(request, body)
+        self._check_auth(request)
+        self._check_faults()
+        if self.faults.faults.hang:
+            await wait_disconnect(request.receive)
+            self.stats.count("cancelled")
+            raise _Refusal(Response(status_code=_CLIENT_GONE))
+        self._check_model(body)
+        return body
+
+    def _record(self, request: Request, body: Any) -> None:
+        self.stats.requests_received += 1
+        self.stats.authorization_present = "authorization" in request.headers
+        model = body.get("model") if isinstance(body, dict) else None
+        self.stats.last_model = model if isinstance(model, str) else None
+
+    def _check_auth(self, request: Request) -> None:
+        key = self.options.api_key
+        if key is not None and request.headers.get("authorization") != f"Bearer {key}":
+            raise _Refusal(
+                error_response(
+                    401,
+                    "Incorrect API key provided.",
+                    "invalid_request_error",
+                    code="invalid_api_key",
+                )
+            )
+
+    def _check_faults(self) -> None:
+        faults = self.faults.faults
+        if faults.status_code is not None:
+            response = error_response(faults.status_code, "simulated failure", "server_error")
+        elif faults.insufficient_quota:
+            response = error_response(
+                429,
+                "You exceeded your current quota, please check your plan and billing details.",
+                "insufficient_quota",
+                code="insufficient_quota",
+            )
+        elif self.faults.inject_error():
+            response = error_response(500, "simulated internal error", "server_error")
+        else:
+            return
+        self.stats.errors_injected += 1
+        raise _Refusal(response)
+
+    def _check_model(self, body: Any) -> None:
+        model = body.get("model") if isinstance(body, dict) else None
+        if self.options.strict_model and model != self.options.model:
+            raise _Refusal(
+                error_response(
+                    404,
+                    f"The model `{model}` does not exist.",
+                    "invalid_request_error",
+                    code="model_not_found",
+                )
+            )
+
+    def _stream(self, parsed: CompletionRequest) -> Response:
+        writer = CompletionWriter(parsed, separate_finish=self.options.separate_finish)
+        flight = self.stats.begin()
+        headers = self.source.headers(self.stats.in_progress)
+        events = self._events(parsed, writer, self.faults.drop_after(), flight)
+        return SseResponse(events, headers=headers, on_close=flight.close)
+
+    async def _events(
+        self,
+        parsed: CompletionRequest,
+        writer: CompletionWriter,
+        drop_after: int | None,
+        flight: Flight,
+    ) -> AsyncGenerator[bytes, None]:
+        async with aclosing(self.source.tokens(parsed)) as tokens:
+            async for index in tokens:
+                if index == drop_after:
+                    flight.outcome = "dropped"
+                    raise StreamCut
+                yield writer.chunk(index)
+        flight.outcome = "completed"
+        yield writer.end()
+
+    async def _whole(self, parsed: CompletionRequest, receive: Receive) -> Response:
+        writer = CompletionWriter(parsed, separate_finish=self.options.separate_finish)
+        flight = self.stats.begin()
+        headers = self.source.headers(self.stats.in_progress)
+        try:
+            done = await unless_disconnected(self._collect(parsed, writer), receive)
+            flight.outcome = "completed" if done else "cancelled"
+        finally:
+            flight.close()
+        if not done:
+            return Response(status_code=_CLIENT_GONE)
+        return JSONResponse(writer.body(), headers=headers)
+
+    async def _collect(self, parsed: CompletionRequest, writer: CompletionWriter) -> None:
+        async with aclosing(self.source.tokens(parsed)) as tokens:
+            async for index in tokens:
+                writer.tokens_sent = index + 1

@@ -1,0 +1,262 @@
+"""A clock-free model of one vLLM replica: continuous batching over a paged KV pool.
+
+The model never reads a clock: `step()` returns how long the step takes and the caller decides
+what a second is (real time behind HTTP in `engine.py`, virtual time in the offline simulator).
+
+Each `step()` follows the vLLM V1 scheduler, simplified:
+1. Running sequences, oldest admission first, each get their next tokens within the per-step
+   token budget `max_num_batched_tokens`: one token for a decoding sequence, a prefill chunk for
+   one still prefilling (chunked prefill). A sequence needs KV blocks for its whole context
+   (`prompt + generated` tokens, `block_size` tokens per block); when the pool is empty the
+   most recently admitted sequence is preempted (recompute: its blocks are freed and it goes
+   back to the front of the waiting queue, to re-prefill prompt and generated tokens later).
+2. If nothing was preempted, waiting requests join, strictly FCFS, while the batch has fewer
+   than `max_num_seqs` sequences and the head's context fits in the free blocks.
+3. Step duration, with B sequences in the step, S their context tokens, and a prefill chunk of
+   n tokens on top of p already computed:
+       step_base + per_seq * B + per_kv_token * S + sum(prefill_per_token * n
+                                                        + prefill_quadratic * n * (n + 2p))
+   times `slowdown`. Every sequence whose context is complete after the step emits one token.
+
+Defaults follow the small CPU vLLM 0.32 reference in /work/shared/reference/serving-numbers.md
+(TTFT 35 / 274 ms at 100 / 1000 prompt tokens, TPOT 10-16 ms at concurrency 1-8), so tests run
+at realistic shapes and speeds: an unloaded 100-token prompt gets its first token in ~40 ms, and
+decoding takes ~15 ms per token at batch 1, ~19 ms at 8 and ~32 ms at 32.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class EngineParams(BaseModel):
+    """Capacity and cost coefficients of one simulated replica (times in seconds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    block_size: int = Field(default=16, ge=1)
+    num_gpu_blocks: int = Field(default=2048, ge=1)
+    max_num_seqs: int = Field(default=64, ge=1)
+    max_num_batched_tokens: int = Field(default=2048, ge=1)
+    max_model_len: int = Field(default=8192, ge=1)
+    step_base_s: float = Field(default=0.015, ge=0)
+    per_seq_s: float = Field(default=0.0003, ge=0)
+    per_kv_token_s: float = Field(default=3e-7, ge=0)
+    prefill_per_token_s: float = Field(default=0.00025, ge=0)
+    prefill_quadratic_s: float = Field(default=2e-8, ge=0, description="per token squared")
+
+    @model_validator(mode="after")
+    def _one_sequence_fits(self) -> EngineParams:
+        # A sequence longer than the pool could never run: it would preempt itself forever.
+        if self.max_model_len > self.num_gpu_blocks * self.block_size:
+            raise ValueError("max_model_len exceeds the KV pool (num_gpu_blocks * block_size)")
+        return self
+
+
+class PromptTooLong(ValueError):
+    """prompt + max_tokens exceeds max_model_len (vLLM answers 400)."""
+
+
+@dataclass(slots=True)
+class _Sequence:
+    req_id: str
+    prompt_tokens: int
+    max_tokens: int
+    generated: int = 0
+    computed: int = 0  # context tokens whose KV is in the cache
+    blocks: int = 0
+    running: bool = False
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + self.generated
+
+
+@dataclass(slots=True)
+class StepResult:
+    duration_s: float
+    tokens_emitted: list[tuple[str, int]] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    preempted: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    running: int
+    waiting: int
+    waiting_capacity: int
+    waiting_deferred: int
+    used_blocks: int
+    num_gpu_blocks: int
+    block_size: int
+    preemptions_total: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+
+    @property
+    def kv_usage(self) -> float:
+        """Fraction 0..1 of the KV pool in use."""
+        return self.used_blocks / self.num_gpu_blocks
+
+
+@dataclass(slots=True)
+class _StepCost:
+    sequences: int = 0
+    context_tokens: int = 0
+    prefill_s: float = 0.0
+
+
+class EngineModel:
+    """One replica's scheduler state; O(batch) work per step."""
+
+    def __init__(self, params: EngineParams) -> None:
+        self.params = params
+        self.slowdown = 1.0
+        self._waiting: deque[_Sequence] = deque()
+        self._running: list[_Sequence] = []
+        self._by_id: dict[str, _Sequence] = {}
+        self._free_blocks = params.num_gpu_blocks
+        self.preemptions_total = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._running or self._waiting)
+
+    def submit(self, req_id: str, prompt_tokens: int, max_tokens: int) -> None:
+        if prompt_tokens < 1 or max_tokens < 1:
+            raise ValueError("prompt_tokens and max_tokens must be at least 1")
+        if prompt_tokens + max_tokens > self.params.max_model_len:
+            raise PromptTooLong(
+                f"This model's maximum context length is {self.params.max_model_len} tokens; "
+                f"the request asks for {prompt_tokens + max_tokens}"
+            )
+        if req_id in self._by_id:
+            raise ValueError(f"duplicate request id {req_id!r}")
+        seq = _Sequence(req_id, prompt_tokens, max_tokens)
+        self._by_id[req_id] = seq
+        self._waiting.append(seq)
+
+    def cancel(self, req_id: str) -> bool:
+        """Abort a request (client gone): frees its blocks. False if it was unknown or done."""
+        seq = self._by_id.pop(req_id, None)
+        if seq is None:
+            return False
+        if seq.running:
+            self._running.remove(seq)
+            self._release(seq)
+        else:
+            self._waiting.remove(seq)
+        return True
+
+    def step(self) -> StepResult:
+        result = StepResult(duration_s=0.0)
+        if not self.has_work:
+            return result
+        cost = _StepCost()
+        budget = self._schedule_running(cost, result)
+        if not result.preempted:
+            self._admit(budget, cost, result)
+        result.duration_s = self._duration_s(cost) if cost.sequences else 0.0
+        self._running = [seq for seq in self._running if seq.running]
+        return result
+
+    def snapshot(self) -> EngineSnapshot:
+        p = self.params
+        return EngineSnapshot(
+            running=len(self._running),
+            waiting=len(self._waiting),
+            waiting_capacity=len(self._waiting),
+            waiting_deferred=0,
+            used_blocks=p.num_gpu_blocks - self._free_blocks,
+            num_gpu_blocks=p.num_gpu_blocks,
+            block_size=p.block_size,
+            preemptions_total=self.preemptions_total,
+            prompt_tokens_total=self.prompt_tokens_total,
+            generation_tokens_total=self.generation_tokens_total,
+        )
+
+    def _schedule_running(self, cost: _StepCost, result: StepResult) -> int:
+        budget = self.params.max_num_batched_tokens
+        index = 0
+        while index < len(self._running) and budget > 0:
+            seq = self._running[index]
+            if not self._ensure_blocks(seq, result):
+                break  # the sequence preempted itself: nothing after it is still running
+            budget -= self._run_chunk(seq, budget, cost, result)
+            index += 1
+        return budget
+
+    def _admit(self, budget: int, cost: _StepCost, result: StepResult) -> None:
+        while self._waiting and budget > 0 and len(self._running) < self.params.max_num_seqs:
+            seq = self._waiting[0]
+            if self._blocks_for(seq.context_tokens) > self._free_blocks:
+                break  # FCFS: a head that does not fit blocks everyone behind it
+            self._waiting.popleft()
+            seq.running = True
+            self._running.append(seq)
+            self._ensure_blocks(seq, result)
+            budget -= self._run_chunk(seq, budget, cost, result)
+
+    def _ensure_blocks(self, seq: _Sequence, result: StepResult) -> bool:
+        """Grow seq's blocks to hold its context, preempting from the batch tail if needed."""
+        needed = self._blocks_for(seq.context_tokens) - seq.blocks
+        while needed > self._free_blocks:
+            victim = self._running.pop()
+            self._preempt(victim, result)
+            if victim is seq:
+                return False
+        self._free_blocks -= max(needed, 0)
+        seq.blocks += max(needed, 0)
+        return True
+
+    def _run_chunk(self, seq: _Sequence, budget: int, cost: _StepCost, result: StepResult) -> int:
+        """Schedule seq's next tokens in this step; returns the budget they used."""
+        new_tokens = min(seq.context_tokens - seq.computed, budget)
+        if new_tokens > 1 or seq.generated == 0:
+            prior = seq.computed
+            p = self.params
+            cost.prefill_s += p.prefill_per_token_s * new_tokens
+            cost.prefill_s += p.prefill_quadratic_s * new_tokens * (new_tokens + 2 * prior)
+        seq.computed += new_tokens
+        cost.sequences += 1
+        cost.context_tokens += seq.computed
+        if seq.computed == seq.context_tokens:
+            self._emit(seq, result)
+        return new_tokens
+
+    def _emit(self, seq: _Sequence, result: StepResult) -> None:
+        result.tokens_emitted.append((seq.req_id, seq.generated))
+        if seq.generated == 0:
+            self.prompt_tokens_total += seq.prompt_tokens
+        seq.generated += 1
+        self.generation_tokens_total += 1
+        if seq.generated >= seq.max_tokens:
+            seq.running = False
+            self._release(seq)
+            del self._by_id[seq.req_id]
+            result.finished.append(seq.req_id)
+
+    def _preempt(self, seq: _Sequence, result: StepResult) -> None:
+        self._release(seq)
+        seq.running = False
+        seq.computed = 0
+        self._waiting.appendleft(seq)
+        self.preemptions_total += 1
+        result.preempted.append(seq.req_id)
+
+    def _release(self, seq: _Sequence) -> None:
+        self._free_blocks += seq.blocks
+        seq.blocks = 0
+
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.params.block_size)
+
+    def _duration_s(self, cost: _StepCost) -> float:
+        p = self.params
+        base = p.step_base_s + p.per_seq_s * cost.sequences + p.per_kv_token_s * cost.context_tokens
+        return (base + cost.prefill_s) * self.slowdown

@@ -1,0 +1,151 @@
+"""A simulated hosted OpenAI-compatible API: latency draws, a concurrency limit, auth.
+
+Per request, TTFT = lognormal(median ttft_median_s, sigma ttft_sigma) + ttft_per_prompt_token_s
+* prompt_tokens, and one TPOT = lognormal(tpot_median_s, tpot_sigma) paces every later token;
+both are multiplied by the current slowdown fault. Requests beyond `max_concurrency` in flight
+get 429 with `Retry-After` and OpenAI's `x-ratelimit-*-requests` headers, which also ride on
+every successful response (the reset is a Go-style duration such as `1s` or `6m0s`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.applications import Starlette
+from starlette.responses import Response
+
+from gateway.sim.faults import Faults, FaultState
+from gateway.sim.frontend import Frontend, FrontendOptions, error_response
+from gateway.sim.wire import CompletionRequest
+
+
+class ProviderParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "llama3-8b-hosted"
+    api_key: str = Field(default="sk-sim-provider", min_length=1)
+    strict_model: bool = True
+    default_max_tokens: int = Field(default=64, ge=1)
+    ttft_median_s: float = Field(default=0.15, gt=0)
+    ttft_sigma: float = Field(default=0.3, ge=0)
+    ttft_per_prompt_token_s: float = Field(default=2e-5, ge=0)
+    tpot_median_s: float = Field(default=0.012, gt=0)
+    tpot_sigma: float = Field(default=0.2, ge=0)
+    max_concurrency: int = Field(default=32, ge=1)
+    retry_after_s: float = Field(default=1.0, gt=0)
+    separate_finish: bool = True  # OpenAI style: finish_reason on its own empty-delta chunk
+    seed: int | None = None
+    faults: Faults = Faults()
+
+
+def go_duration(seconds: float) -> str:
+    """Format like Go's time.Duration.String, as OpenAI's reset headers do: 12ms, 1s, 6m0s."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)}ms"
+    minutes, rest_s = divmod(seconds, 60)
+    rest = f"{rest_s:.3f}".rstrip("0").rstrip(".") + "s"
+    hours, minutes = divmod(int(minutes), 60)
+    if hours:
+        return f"{hours}h{minutes}m{rest}"
+    return f"{minutes}m{rest}" if minutes else rest
+
+
+class ProviderLatency:
+    """Per-request latency draws, clock-free, so the offline simulator can reuse them."""
+
+    def __init__(self, params: ProviderParams, rng: random.Random) -> None:
+        self.params = params
+        self._rng = rng
+
+    def draw(self, prompt_tokens: int) -> tuple[float, float]:
+        """(ttft_s, tpot_s) of one request, before any slowdown."""
+        p = self.params
+        ttft_s = self._lognormal(p.ttft_median_s, p.ttft_sigma)
+        ttft_s += p.ttft_per_prompt_token_s * prompt_tokens
+        return ttft_s, self._lognormal(p.tpot_median_s, p.tpot_sigma)
+
+    def _lognormal(self, median_s: float, sigma: float) -> float:
+        return self._rng.lognormvariate(math.log(median_s), sigma)
+
+
+class ProviderRuntime:
+    """The TokenSource of a hosted provider: sleeps for drawn latencies, enforces the limit."""
+
+    owned_by = "openai"
+
+    def __init__(
+        self, params: ProviderParams, faults: FaultState, clock: Callable[[], float]
+    ) -> None:
+        self.params = params
+        self._faults = faults
+        self._clock = clock
+        self._latency = ProviderLatency(params, random.Random(params.seed))
+        self.rate_limited = 0
+
+    def refuse(self, request: CompletionRequest, in_progress: int) -> Response | None:
+        if in_progress < self.params.max_concurrency:
+            return None
+        self.rate_limited += 1
+        return error_response(
+            429,
+            "Rate limit reached for requests. Please try again later.",
+            "requests",
+            code="rate_limit_exceeded",
+            **{"retry-after": str(math.ceil(self.params.retry_after_s))},
+            **self._limit_headers(remaining=0),
+        )
+
+    def headers(self, in_progress: int) -> dict[str, str]:
+        return self._limit_headers(remaining=max(0, self.params.max_concurrency - in_progress))
+
+    async def tokens(self, request: CompletionRequest) -> AsyncGenerator[int, None]:
+        ttft_s, tpot_s = self._latency.draw(request.prompt_tokens)
+        await asyncio.sleep(ttft_s * self._faults.slowdown(self._clock()))
+        yield 0
+        for index in range(1, request.max_tokens):
+            await asyncio.sleep(tpot_s * self._faults.slowdown(self._clock()))
+            yield index
+
+    def stats(self) -> dict[str, Any]:
+        return {"rate_limited": self.rate_limited}
+
+    def _limit_headers(self, *, remaining: int) -> dict[str, str]:
+        return {
+            "x-ratelimit-limit-requests": str(self.params.max_concurrency),
+            "x-ratelimit-remaining-requests": str(remaining),
+            "x-ratelimit-reset-requests": go_duration(self.params.retry_after_s),
+        }
+
+
+def create_provider_app(
+    params: ProviderParams | None = None, *, clock: Callable[[], float] = time.monotonic
+) -> Starlette:
+    """The ASGI app of one simulated hosted provider."""
+    params = params or ProviderParams()
+    faults = FaultState(params.faults, now_s=clock(), seed=params.seed)
+    runtime = ProviderRuntime(params, faults, clock)
+    options = FrontendOptions(
+        model=params.model,
+        api_key=params.api_key,
+        strict_model=params.strict_model,
+        default_max_tokens=params.default_max_tokens,
+        separate_finish=params.separate_finish,
+    )
+    frontend = Frontend(options, runtime, faults, clock)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        faults.update({}, now_s=clock())  # slowdown_at_s counts from the server start
+        yield
+
+    app = Starlette(routes=frontend.routes(), lifespan=lifespan)
+    app.state.runtime = runtime
+    app.state.frontend = frontend
+    return app

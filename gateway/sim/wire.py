@@ -1,0 +1,197 @@
+"""The OpenAI wire format as the simulated servers speak it: request parsing, bodies, SSE.
+
+Streams follow vLLM's OpenAI server exactly: the first chat chunk carries the assistant role
+and the first content token together, `finish_reason` rides on the last content chunk (or, with
+`separate_finish`, on an extra empty-delta chunk as OpenAI's own API sends it),
+`stream_options.include_usage` adds a final chunk with `choices: []` and `usage`, and the
+stream ends with `data: [DONE]`. Output text is deterministic: token i is `token_text(i)`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["chat", "completion"]
+DONE = b"data: [DONE]\n\n"
+_WORDS = ("The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", ".")
+_EMBEDDING_DIMS = 16
+
+
+class InvalidBody(ValueError):
+    """The request body is not a valid completion request (answered 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    kind: Kind
+    model: str
+    stream: bool
+    include_usage: bool
+    prompt_tokens: int
+    max_tokens: int
+    max_tokens_given: bool
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def token_text(index: int) -> str:
+    return _WORDS[index % len(_WORDS)]
+
+
+def sse(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def error_body(
+    message: str, error_type: str, *, code: str | int | None = None, param: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def parse_completion(body: Any, kind: Kind, *, default_max_tokens: int) -> CompletionRequest:
+    if not isinstance(body, dict):
+        raise InvalidBody("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidBody("'model' is required")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise InvalidBody("'max_tokens' must be a positive integer")
+    options = body.get("stream_options") or {}
+    return CompletionRequest(
+        kind=kind,
+        model=model,
+        stream=bool(body.get("stream", False)),
+        include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
+        prompt_tokens=estimate_prompt_tokens(body, kind),
+        max_tokens=max_tokens or default_max_tokens,
+        max_tokens_given=max_tokens is not None,
+    )
+
+
+def estimate_prompt_tokens(body: dict[str, Any], kind: Kind) -> int:
+    """chars/4, plus 4 per chat message for the template; token-id prompts count exactly."""
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise InvalidBody("'messages' must be a non-empty list")
+        chars = sum(len(_message_text(m)) for m in messages)
+        return max(1, chars // 4 + 4 * len(messages))
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return max(1, len(prompt) // 4)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return len(prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, str) for t in prompt):
+        return max(1, sum(len(t) for t in prompt) // 4)
+    raise InvalidBody("'prompt' must be a string, a list of strings or a list of token ids")
+
+
+def _message_text(message: Any) -> str:
+    if not isinstance(message, dict):
+        raise InvalidBody("each message must be an object")
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+class CompletionWriter:
+    """Builds the chunks and bodies of one completion."""
+
+    def __init__(self, request: CompletionRequest, *, separate_finish: bool = False) -> None:
+        self.request = request
+        self.separate_finish = separate_finish
+        prefix = "chatcmpl-" if request.kind == "chat" else "cmpl-"
+        self.id = prefix + request.request_id
+        self.created = int(time.time())
+        self.finish_reason = "length" if request.max_tokens_given else "stop"
+        self.tokens_sent = 0
+
+    def chunk(self, index: int) -> bytes:
+        """The SSE event for output token `index` (plus the finish chunk after the last one)."""
+        self.tokens_sent += 1
+        last = index == self.request.max_tokens - 1
+        finish = self.finish_reason if last and not self.separate_finish else None
+        event = sse(self._chunk(self._delta(index), finish))
+        if last and self.separate_finish:
+            event += sse(self._chunk({} if self.request.kind == "chat" else "", self.finish_reason))
+        return event
+
+    def end(self) -> bytes:
+        if not self.request.include_usage:
+            return DONE
+        usage_chunk = self._envelope(streaming=True) | {"choices": [], "usage": self.usage()}
+        return sse(usage_chunk) + DONE
+
+    def body(self) -> dict[str, Any]:
+        text = "".join(token_text(i) for i in range(self.tokens_sent))
+        if self.request.kind == "chat":
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
+        else:
+            choice = {"index": 0, "text": text}
+        choice |= {"logprobs": None, "finish_reason": self.finish_reason}
+        return self._envelope(streaming=False) | {"choices": [choice], "usage": self.usage()}
+
+    def usage(self) -> dict[str, int]:
+        prompt = self.request.prompt_tokens
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": self.tokens_sent,
+            "total_tokens": prompt + self.tokens_sent,
+        }
+
+    def _delta(self, index: int) -> dict[str, str] | str:
+        if self.request.kind == "completion":
+            return token_text(index)
+        if index == 0:
+            return {"role": "assistant", "content": token_text(index)}
+        return {"content": token_text(index)}
+
+    def _chunk(self, delta: dict[str, str] | str, finish: str | None) -> dict[str, Any]:
+        choice: dict[str, Any] = {"index": 0}
+        choice |= {"delta": delta} if isinstance(delta, dict) else {"text": delta}
+        choice |= {"logprobs": None, "finish_reason": finish}
+        return self._envelope(streaming=True) | {"choices": [choice]}
+
+    def _envelope(self, *, streaming: bool) -> dict[str, Any]:
+        if self.request.kind == "chat":
+            kind = "chat.completion.chunk" if streaming else "chat.completion"
+        else:
+            kind = "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.request.model}
+
+
+def embeddings_body(body: Any) -> dict[str, Any]:
+    """Deterministic unit vectors, one per input string."""
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        raise InvalidBody("'model' is required")
+    raw = body.get("input")
+    inputs = [raw] if isinstance(raw, str) else raw
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
+        raise InvalidBody("'input' must be a string or a non-empty list of strings")
+    data = [
+        {"object": "embedding", "index": i, "embedding": _vector(text)}
+        for i, text in enumerate(inputs)
+    ]
+    tokens = sum(max(1, len(text) // 4) for text in inputs)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return {"object": "list", "data": data, "model": body["model"], "usage": usage}
+
+
+def _vector(text: str) -> list[float]:
+    rng = random.Random(text)
+    values = [rng.uniform(-1, 1) for _ in range(_EMBEDDING_DIMS)]
+    norm = sum(v * v for v in values) ** 0.5 or 1.0
+    return [v / norm for v in values]
+
+
+def models_body(model: str, owned_by: str) -> dict[str, Any]:
+    entry = {"id": model, "object": "model", "created": int(time.time()), "owned_by": owned_by}
+    return {"object": "list", "data": [entry]}

@@ -1,0 +1,103 @@
+"""Watch a relayed SSE stream without re-encoding it: find the first content token, count
+content events, pick up `usage`, and notice whether the stream ended properly.
+
+Only events up to the first content token are JSON-parsed, plus events that mention "usage";
+every other event costs a substring search. The bytes go to the client exactly as received.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+_DONE = b"data: [DONE]"
+# A non-empty string value for "content" or "text", or any tool-call delta.
+_CONTENT = re.compile(rb'"(?:content|text)":\s*"(?!")|"tool_calls":\s*\[')
+
+
+@dataclass(slots=True)
+class StreamWatch:
+    started_s: float
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    content_events: int = 0
+    usage: dict[str, Any] | None = None
+    done: bool = False
+    upstream_error: bool = False
+    _pending: bytes = field(default=b"", repr=False)
+
+    def feed(self, chunk: bytes) -> None:
+        data = self._pending + chunk
+        events = data.split(b"\n\n")
+        self._pending = events.pop()
+        now = time.perf_counter()
+        for event in events:
+            self._event(event.strip(), now)
+
+    def _event(self, event: bytes, now: float) -> None:
+        if not event.startswith(b"data:"):
+            return
+        if event.startswith(_DONE):
+            self.done = True
+            return
+        if self.first_token_s is None or b'"usage"' in event or b'"error"' in event:
+            self._parse(event[5:], now)
+        elif _CONTENT.search(event):
+            self._count(now)
+
+    def _parse(self, payload: bytes, now: float) -> None:
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            return
+        if not isinstance(body, dict):
+            return
+        if isinstance(body.get("usage"), dict):
+            self.usage = body["usage"]
+        if "error" in body:
+            self.upstream_error = True
+        if _has_content(body):
+            self._count(now)
+
+    def _count(self, now: float) -> None:
+        if self.first_token_s is None:
+            self.first_token_s = now
+        self.last_token_s = now
+        self.content_events += 1
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.started_s
+
+    @property
+    def output_tokens(self) -> int:
+        if self.usage and isinstance(self.usage.get("completion_tokens"), int):
+            return int(self.usage["completion_tokens"])
+        return self.content_events
+
+    @property
+    def tpot_s(self) -> float | None:
+        tokens = self.output_tokens
+        if self.first_token_s is None or self.last_token_s is None or tokens < 2:
+            return None
+        return (self.last_token_s - self.first_token_s) / (tokens - 1)
+
+
+def _has_content(body: dict[str, Any]) -> bool:
+    for choice in body.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and (delta.get("content") or delta.get("tool_calls")):
+            return True
+        if choice.get("text"):
+            return True
+    return False
+
+
+def error_event(message: str, code: str) -> bytes:
+    body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"

@@ -1,0 +1,1 @@
+"""Shared state: see base.py for the contract."""

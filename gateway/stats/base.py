@@ -1,0 +1,102 @@
+"""The shared-state contract: in-flight leases, rolling latency statistics, rate windows.
+
+Two implementations keep one contract (proven by one suite in tests/contract/):
+`MemoryStatsStore` for a single replica, `RedisStatsStore` for many sharing one Redis.
+Callers pass `now` (unix seconds, wall clock: replicas compare it) so tests can drive time.
+
+    leases          acquire / release: in-flight count per endpoint over all replicas, with a TTL
+                    so a crashed replica's leases expire; try_acquire / release_scope: the same
+                    under a limit (tenant concurrency)
+    estimates       observe a finished request; read() returns rolling estimates (window.py)
+    rate windows    hit / try_hit: cost in the last window_s, exact across replicas
+    health          record_result / claim_trial: the shared circuit breaker (breaker.py);
+                    cool_down: a provider's Retry-After, shared
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gateway.stats.breaker import BreakerPolicy, BreakerState
+from policies.base import LatencyEstimate
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySample:
+    """One finished request on one endpoint."""
+
+    at_s: float
+    ok: bool
+    status: int  # HTTP status, 0 for a connection error or timeout
+    prompt_tokens: int
+    output_tokens: int
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float
+    in_flight: int = 0  # gateway-wide leases when the request started
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointStats:
+    in_flight: int = 0
+    latency: LatencyEstimate = field(default_factory=LatencyEstimate)
+    breaker: BreakerState = field(default_factory=BreakerState)
+    cooldown_until_s: float = 0.0  # a provider asked us to wait (Retry-After) until then
+
+    def available(self, now: float) -> bool:
+        """In rotation: not cooling down and the breaker closed (half-open waits for a trial)."""
+        return self.cooldown_until_s <= now and self.breaker.phase(now) == "closed"
+
+
+class StatsStore(Protocol):
+    async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
+        """Take a lease; returns the endpoint's in-flight count over all replicas."""
+        ...
+
+    async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None: ...
+
+    async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
+        """Every endpoint's stats in one round trip."""
+        ...
+
+    async def read_in_flight(self, endpoint_ids: Sequence[str], *, now: float) -> dict[str, int]:
+        """Only the live lease counts, in one round trip: far cheaper than read()."""
+        ...
+
+    async def observe(self, endpoint_id: str, sample: LatencySample) -> None: ...
+
+    async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
+        """Add `cost` to a sliding rate window; returns the window's total after the add."""
+        ...
+
+    async def try_hit(
+        self, key: str, *, cost: int, limit: int, window_s: float, now: float
+    ) -> tuple[bool, int]:
+        """Add `cost` only if the window's total stays <= limit: (added, total afterwards)."""
+        ...
+
+    async def try_acquire(
+        self, scope: str, request_id: str, *, limit: int, ttl_s: float, now: float
+    ) -> bool:
+        """Take a lease in `scope` unless `limit` live leases exist (re-acquiring refreshes)."""
+        ...
+
+    async def release_scope(self, scope: str, request_id: str, *, now: float) -> None: ...
+
+    async def record_result(
+        self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
+    ) -> BreakerState:
+        """Apply one request or probe outcome to the shared breaker; returns the new state."""
+        ...
+
+    async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
+        """True for exactly one caller per trial while the breaker is half-open."""
+        ...
+
+    async def cool_down(self, endpoint_id: str, *, until_s: float, now: float) -> float:
+        """Keep the endpoint out of rotation until `until_s` (never shortens); returns the end."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,55 @@
+"""Every Redis key the gateway uses, built in one place.
+
+    <prefix>{ep:<endpoint>}:leases        zset  request id -> lease expiry (unix s)
+    <prefix>{ep:<endpoint>}:lat:<bucket>  hash  latency sums of one time bucket (see window.py)
+    <prefix>{ep:<endpoint>}:health        hash  breaker state and provider cooldown
+    <prefix>{scope:<scope>}:leases        zset  concurrency-limited leases (e.g. a tenant)
+    <prefix>{rate:<key>}                  hash  rate-window slot -> cost
+
+The prefix is versioned (`sg:v1:`): a change of layout bumps it, so old and new replicas never
+read each other's keys. The `{...}` hash tag puts all of an endpoint's keys in one Redis Cluster
+slot, so a Lua script may touch them together. Every key carries a TTL (constants below): state
+that no replica refreshes disappears on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+PREFIX = "sg:v1:"
+
+# Breaker and cooldown state outlives any sensible cooldown; it is refreshed on every write.
+HEALTH_TTL_S = 600.0
+# Extra life beyond the last moment a key is needed (a lease set's newest lease, a cooldown),
+# so a clock skew of a few seconds between replicas never deletes live state.
+TTL_MARGIN_S = 5.0
+
+
+def ttl_ms(seconds: float) -> int:
+    """A PEXPIRE argument: whole milliseconds, at least 1."""
+    return max(1, math.ceil(seconds * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    prefix: str = PREFIX
+
+    def leases(self, endpoint_id: str) -> str:
+        return f"{self.prefix}{{ep:{endpoint_id}}}:leases"
+
+    def latency(self, endpoint_id: str, bucket: int) -> str:
+        return f"{self.prefix}{{ep:{endpoint_id}}}:lat:{bucket}"
+
+    def health(self, endpoint_id: str) -> str:
+        return f"{self.prefix}{{ep:{endpoint_id}}}:health"
+
+    def scope_leases(self, scope: str) -> str:
+        return f"{self.prefix}{{scope:{scope}}}:leases"
+
+    def rate(self, key: str) -> str:
+        return f"{self.prefix}{{rate:{key}}}"
+
+    def pattern(self) -> str:
+        """A SCAN pattern for every key under this prefix (admin and tests)."""
+        return f"{self.prefix}*"

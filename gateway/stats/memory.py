@@ -1,0 +1,151 @@
+"""Single-replica StatsStore: the Redis contract kept in this process.
+
+The same bucket sums (window.py), rate slots (rate.py) and breaker transitions (breaker.py) as
+the Redis store, so both give the same answers; the contract suite runs against both. No method
+awaits in the middle of an update, so each one is atomic on the event loop. Expired state is
+dropped when its key is next touched, as a Redis TTL would drop it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from gateway.stats import window
+from gateway.stats.base import EndpointStats, LatencySample
+from gateway.stats.breaker import BreakerPolicy, BreakerState, after_result, after_trial_claim
+from gateway.stats.rate import slot_range
+from policies.base import LatencyEstimate
+
+_Fields = dict[str, float]
+
+
+class MemoryStatsStore:
+    def __init__(
+        self, *, window_s: float = 60.0, bucket_s: float = 5.0, half_life_s: float | None = None
+    ) -> None:
+        """`half_life_s` defaults to window_s / 4 (see window.py)."""
+        self.window_s = window_s
+        self.bucket_s = bucket_s
+        self.half_life_s = half_life_s or window_s / 4
+        self._bucket_count = math.ceil(window_s / bucket_s)
+        self._leases: dict[str, dict[str, float]] = {}
+        self._scopes: dict[str, dict[str, float]] = {}
+        self._buckets: dict[str, dict[int, _Fields]] = {}
+        self._rates: dict[str, dict[int, int]] = {}
+        self._breakers: dict[str, BreakerState] = {}
+        self._cooldowns: dict[str, float] = {}
+        # endpoint -> (newest bucket it was computed at, estimate): weights change only when a
+        # bucket ends, so an estimate holds until then or until the next observation.
+        self._estimates: dict[str, tuple[int, LatencyEstimate]] = {}
+
+    async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
+        leases = _live(self._leases, endpoint_id, now)
+        leases[request_id] = now + ttl_s
+        return len(leases)
+
+    async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
+        self._leases.get(endpoint_id, {}).pop(request_id, None)
+
+    async def try_acquire(
+        self, scope: str, request_id: str, *, limit: int, ttl_s: float, now: float
+    ) -> bool:
+        leases = _live(self._scopes, scope, now)
+        if len(leases) >= limit and request_id not in leases:
+            return False
+        leases[request_id] = now + ttl_s
+        return True
+
+    async def release_scope(self, scope: str, request_id: str, *, now: float) -> None:
+        self._scopes.get(scope, {}).pop(request_id, None)
+
+    async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
+        return {eid: self._stats(eid, now) for eid in endpoint_ids}
+
+    async def read_in_flight(self, endpoint_ids: Sequence[str], *, now: float) -> dict[str, int]:
+        return {eid: len(_live(self._leases, eid, now)) for eid in endpoint_ids}
+
+    async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
+        self._estimates.pop(endpoint_id, None)
+        index = window.bucket_index(sample.at_s, self.bucket_s)
+        buckets = self._buckets.setdefault(endpoint_id, {})
+        for old in [b for b in buckets if b <= index - self._bucket_count]:
+            del buckets[old]
+        fields = buckets.setdefault(index, {})
+        for name, amount in window.sample_fields(sample).items():
+            fields[name] = fields.get(name, 0.0) + amount
+
+    async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
+        _, total = self._rate(key, cost, None, window_s, now)
+        return total
+
+    async def try_hit(
+        self, key: str, *, cost: int, limit: int, window_s: float, now: float
+    ) -> tuple[bool, int]:
+        return self._rate(key, cost, limit, window_s, now)
+
+    async def record_result(
+        self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
+    ) -> BreakerState:
+        state = self._breakers.get(endpoint_id, BreakerState())
+        state = after_result(state, ok=ok, now=now, policy=policy)
+        self._breakers[endpoint_id] = state
+        return state
+
+    async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
+        state = self._breakers.get(endpoint_id, BreakerState())
+        claimed = after_trial_claim(state, now=now, policy=policy)
+        if claimed is None:
+            return False
+        self._breakers[endpoint_id] = claimed
+        return True
+
+    async def cool_down(self, endpoint_id: str, *, until_s: float, now: float) -> float:
+        until_s = max(until_s, self._cooldowns.get(endpoint_id, 0.0))
+        self._cooldowns[endpoint_id] = until_s
+        return until_s
+
+    async def close(self) -> None:
+        return None
+
+    def _rate(
+        self, key: str, cost: int, limit: int | None, window_s: float, now: float
+    ) -> tuple[bool, int]:
+        current, oldest = slot_range(now, window_s)
+        slots = self._rates.setdefault(key, {})
+        for old in [s for s in slots if s < oldest]:
+            del slots[old]
+        total = sum(slots.values())
+        if limit is not None and total + cost > limit:
+            return False, total
+        slots[current] = slots.get(current, 0) + cost
+        return True, total + cost
+
+    def _stats(self, endpoint_id: str, now: float) -> EndpointStats:
+        return EndpointStats(
+            in_flight=len(_live(self._leases, endpoint_id, now)),
+            latency=self._latency(endpoint_id, window.bucket_index(now, self.bucket_s)),
+            breaker=self._breakers.get(endpoint_id, BreakerState()),
+            cooldown_until_s=self._cooldowns.get(endpoint_id, 0.0),
+        )
+
+    def _latency(self, endpoint_id: str, newest: int) -> LatencyEstimate:
+        cached = self._estimates.get(endpoint_id)
+        if cached is not None and cached[0] == newest:
+            return cached[1]
+        buckets = [
+            ((newest - index) * self.bucket_s, fields)
+            for index, fields in self._buckets.get(endpoint_id, {}).items()
+            if newest - self._bucket_count < index <= newest
+        ]
+        estimate = window.estimate(*window.merge(buckets, self.half_life_s))
+        self._estimates[endpoint_id] = (newest, estimate)
+        return estimate
+
+
+def _live(lease_sets: dict[str, dict[str, float]], key: str, now: float) -> dict[str, float]:
+    """The lease set at `key` with leases expiring at or before `now` dropped."""
+    leases = lease_sets.setdefault(key, {})
+    for request_id in [r for r, expiry in leases.items() if expiry <= now]:
+        del leases[request_id]
+    return leases

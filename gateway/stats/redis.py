@@ -1,0 +1,217 @@
+"""StatsStore on Redis, shared by every gateway replica.
+
+Each operation is one round trip: a single command where one is atomic (ZREM on release), a Lua
+script from `lua/` where several commands must act together, and for `read()` one
+non-transactional pipeline of plain reads whatever the number of endpoints. Buckets are summed
+here, not in a Lua script: measured on one server, a read of 4 endpoints cost Redis 120 µs of
+CPU as plain HGETALLs against 750 µs as a merging script, and Redis is the one resource every
+replica shares. Keys come from `keys.KeySpace` and all carry a TTL. The client is redis-py asyncio (hiredis parses replies when installed); responses may be
+bytes or str, the store accepts both. Redis errors propagate (redis.exceptions.RedisError): the
+caller decides how to degrade.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+from gateway.stats import keys, window
+from gateway.stats.base import EndpointStats, LatencySample
+from gateway.stats.breaker import BreakerPolicy, BreakerState
+from gateway.stats.keys import KeySpace
+from gateway.stats.rate import slot_range, slot_ttl_s
+
+_SCRIPTS = (
+    "lease_acquire",
+    "observe",
+    "rate_window",
+    "breaker_record",
+    "breaker_trial",
+    "cool_down",
+)
+_NO_LIMIT = -1
+
+
+def _script_source(name: str) -> str:
+    return (resources.files("gateway.stats") / "lua" / f"{name}.lua").read_text()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _number(value: bytes | str | None) -> float:
+    return float(value) if value is not None else 0.0
+
+
+class RedisStatsStore:
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        window_s: float = 60.0,
+        bucket_s: float = 5.0,
+        half_life_s: float | None = None,
+        prefix: str = keys.PREFIX,
+        owns_client: bool = False,
+    ) -> None:
+        """`half_life_s` defaults to window_s / 4; `owns_client`: close() closes the client."""
+        self.client = client
+        self.window_s = window_s
+        self.bucket_s = bucket_s
+        self.half_life_s = half_life_s or window_s / 4
+        self.keys = KeySpace(prefix)
+        self._owns_client = owns_client
+        self._bucket_count = math.ceil(window_s / bucket_s)
+        self._scripts: dict[str, AsyncScript] = {
+            name: client.register_script(_script_source(name)) for name in _SCRIPTS
+        }
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> RedisStatsStore:
+        """A store owning a client for `url`; `options` go to the store, not the client."""
+        return cls(Redis.from_url(url), owns_client=True, **options)
+
+    async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
+        _, count = await self._lease(self.keys.leases(endpoint_id), request_id, ttl_s, now)
+        return count
+
+    async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
+        await self.client.zrem(self.keys.leases(endpoint_id), request_id)
+
+    async def try_acquire(
+        self, scope: str, request_id: str, *, limit: int, ttl_s: float, now: float
+    ) -> bool:
+        held, _ = await self._lease(self.keys.scope_leases(scope), request_id, ttl_s, now, limit)
+        return held
+
+    async def release_scope(self, scope: str, request_id: str, *, now: float) -> None:
+        await self.client.zrem(self.keys.scope_leases(scope), request_id)
+
+    async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
+        newest = window.bucket_index(now, self.bucket_s)
+        buckets = range(newest, newest - self._bucket_count, -1)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for eid in endpoint_ids:
+                pipe.zcount(self.keys.leases(eid), f"({now!r}", "+inf")
+                pipe.hgetall(self.keys.health(eid))
+                for bucket in buckets:
+                    pipe.hgetall(self.keys.latency(eid, bucket))
+            replies = await pipe.execute()
+        weights = [window.weight((newest - b) * self.bucket_s, self.half_life_s) for b in buckets]
+        size = 2 + len(buckets)
+        return {
+            eid: _stats(replies[i * size : (i + 1) * size], weights)
+            for i, eid in enumerate(endpoint_ids)
+        }
+
+    async def read_in_flight(self, endpoint_ids: Sequence[str], *, now: float) -> dict[str, int]:
+        async with self.client.pipeline(transaction=False) as pipe:
+            for eid in endpoint_ids:
+                pipe.zcount(self.keys.leases(eid), f"({now!r}", "+inf")
+            counts = await pipe.execute()
+        return {eid: int(count) for eid, count in zip(endpoint_ids, counts, strict=True)}
+
+    async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
+        key = self.keys.latency(endpoint_id, window.bucket_index(sample.at_s, self.bucket_s))
+        args: list[str | int | float] = [keys.ttl_ms(self.window_s + self.bucket_s)]
+        for name, amount in window.sample_fields(sample).items():
+            args += [name, amount]
+        await self._scripts["observe"](keys=[key], args=args)
+
+    async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
+        _, total = await self._rate(key, cost, _NO_LIMIT, window_s, now)
+        return total
+
+    async def try_hit(
+        self, key: str, *, cost: int, limit: int, window_s: float, now: float
+    ) -> tuple[bool, int]:
+        return await self._rate(key, cost, limit, window_s, now)
+
+    async def record_result(
+        self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
+    ) -> BreakerState:
+        reply = await self._scripts["breaker_record"](
+            keys=[self.keys.health(endpoint_id)],
+            args=[now, int(ok), policy.failure_threshold, policy.cooldown_s, self._health_ttl()],
+        )
+        fails, open_until, trial_until = (_number(v) for v in reply)
+        return BreakerState(int(fails), open_until, trial_until)
+
+    async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
+        reply = await self._scripts["breaker_trial"](
+            keys=[self.keys.health(endpoint_id)],
+            args=[now, policy.trial_timeout_s, self._health_ttl()],
+        )
+        return bool(reply)
+
+    async def cool_down(self, endpoint_id: str, *, until_s: float, now: float) -> float:
+        ttl_s = max(keys.HEALTH_TTL_S, until_s - now + keys.TTL_MARGIN_S)
+        reply = await self._scripts["cool_down"](
+            keys=[self.keys.health(endpoint_id)], args=[until_s, keys.ttl_ms(ttl_s)]
+        )
+        return _number(reply)
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self.client.aclose()
+
+    async def _lease(
+        self, key: str, request_id: str, ttl_s: float, now: float, limit: int = _NO_LIMIT
+    ) -> tuple[bool, int]:
+        key_ttl = keys.ttl_ms(ttl_s + keys.TTL_MARGIN_S)
+        held, count = await self._scripts["lease_acquire"](
+            keys=[key], args=[now, now + ttl_s, request_id, key_ttl, limit]
+        )
+        return bool(held), int(count)
+
+    async def _rate(
+        self, key: str, cost: int, limit: int, window_s: float, now: float
+    ) -> tuple[bool, int]:
+        current, oldest = slot_range(now, window_s)
+        added, total = await self._scripts["rate_window"](
+            keys=[self.keys.rate(key)],
+            args=[current, oldest, cost, limit, keys.ttl_ms(slot_ttl_s(window_s))],
+        )
+        return bool(added), int(total)
+
+    def _health_ttl(self) -> int:
+        return keys.ttl_ms(keys.HEALTH_TTL_S)
+
+
+def _stats(replies: Sequence[Any], weights: Sequence[float]) -> EndpointStats:
+    in_flight, health_reply, *buckets = replies
+    health = _decoded(health_reply)
+    return EndpointStats(
+        in_flight=int(in_flight),
+        latency=window.estimate(*_merge(buckets, weights)),
+        breaker=BreakerState(
+            int(health.get("fails", 0.0)),
+            health.get("open_until", 0.0),
+            health.get("trial_until", 0.0),
+        ),
+        cooldown_until_s=health.get("cool_until", 0.0),
+    )
+
+
+def _merge(
+    buckets: Sequence[Mapping[Any, Any]], weights: Sequence[float]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """window.merge over raw HGETALL replies: names are decoded once, after summing."""
+    sums: dict[Any, float] = {}
+    weighted: dict[Any, float] = {}
+    for w, fields in zip(weights, buckets, strict=True):
+        for name, value in fields.items():
+            number = float(value)
+            weighted[name] = weighted.get(name, 0.0) + w * number
+            sums[name] = sums.get(name, 0.0) + number
+    return _decoded(sums), _decoded(weighted)
+
+
+def _decoded(reply: Mapping[Any, Any]) -> dict[str, float]:
+    return {_text(name): float(value) for name, value in reply.items()}

@@ -1,0 +1,68 @@
+"""Prometheus metrics (base units, `slo_gateway_` prefix) and the gateway's logger.
+
+Labels never carry secrets: endpoint ids, public model names, tenant names and class names only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+log = logging.getLogger("slo_gateway")
+
+LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+TPOT_BUCKETS_S = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
+DECISION_BUCKETS_S = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2)
+
+
+class Metrics:
+    """One set of collectors per app, on its own registry (several apps may share a process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "slo_gateway_requests",
+            "Requests by outcome (ok, client_error, rejected, upstream_error, cancelled).",
+            ["model", "endpoint", "tenant", "slo_class", "outcome"],
+            registry=r,
+        )
+        self.upstream_attempts = Counter(
+            "slo_gateway_upstream_attempts",
+            "Upstream attempts by endpoint and result (ok, retryable, failed, dropped).",
+            ["endpoint", "result"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "slo_gateway_ttft_seconds",
+            "Time to first content token, measured at the gateway.",
+            ["endpoint", "model"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "slo_gateway_tpot_seconds",
+            "Time per output token after the first, measured at the gateway.",
+            ["endpoint", "model"],
+            buckets=TPOT_BUCKETS_S,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "slo_gateway_in_flight",
+            "Requests this replica has in flight per endpoint.",
+            ["endpoint"],
+            registry=r,
+        )
+        self.decision = Histogram(
+            "slo_gateway_decision_seconds",
+            "Time to build snapshots, admit and rank (excludes forwarding).",
+            buckets=DECISION_BUCKETS_S,
+            registry=r,
+        )
+        self.endpoint_healthy = Gauge(
+            "slo_gateway_endpoint_healthy",
+            "1 when the endpoint is in rotation, 0 when unhealthy or cooling down.",
+            ["endpoint"],
+            registry=r,
+        )

@@ -1,0 +1,125 @@
+"""The routing contract: immutable inputs, a ranking out.
+
+A policy is pure: it reads a `RouteRequest` and one `EndpointSnapshot` per candidate and returns
+a `Ranking`. No I/O, no clock reads, no metrics or logs; randomness only through the
+`random.Random` the caller injects. The orchestrator (`gateway/router.py`) has already dropped
+unhealthy endpoints, handles an empty ranking, and times the call.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal, Protocol
+
+EndpointKind = Literal["vllm", "openai"]
+
+
+@dataclass(frozen=True, slots=True)
+class SloTarget:
+    """What a request's class promises. Times in seconds; None means no target."""
+
+    name: str
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    deadline_s: float | None = None
+    priority: int = 0
+    sheddable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    request_id: str
+    model: str
+    tenant: str
+    slo: SloTarget
+    prompt_tokens: int
+    max_tokens: int | None = None
+    stream: bool = False
+    seq: int = 0  # a per-replica request counter, so rotation-based policies stay pure
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSignals:
+    """Scraped engine gauges; each value is None when unknown or stale, with its age."""
+
+    waiting: float | None = None
+    running: float | None = None
+    kv_usage: float | None = None  # 0..1 of the KV pool in use
+    waiting_for_capacity: float | None = None
+    kv_capacity_tokens: int | None = None
+    preemptions_total: float | None = None
+    age_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyEstimate:
+    """Rolling per-endpoint statistics over the store's window, merged across replicas.
+
+    TTFT is modelled as `ttft_base_s + ttft_per_token_s * prompt_tokens` and TPOT as
+    `tpot_base_s + tpot_per_in_flight_s * in_flight` (least-squares fits over the window, recent
+    buckets weighted more; see gateway/stats/window.py); `samples` lets a policy tell a cold
+    endpoint from a fast one.
+    """
+
+    samples: int = 0
+    errors: int = 0
+    throttled: int = 0
+    ttft_mean_s: float | None = None
+    ttft_base_s: float | None = None
+    ttft_per_token_s: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    tpot_mean_s: float | None = None
+    tpot_base_s: float | None = None  # TPOT = tpot_base_s + tpot_per_in_flight_s * in_flight
+    tpot_per_in_flight_s: float | None = None
+    tpot_p50_s: float | None = None
+    tpot_p95_s: float | None = None
+    e2e_mean_s: float | None = None
+    prompt_tokens_mean: float | None = None  # of the window's requests, None when unknown
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.samples if self.samples else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSnapshot:
+    endpoint_id: str
+    kind: EndpointKind
+    healthy: bool = True
+    in_flight: int = 0  # gateway-wide leases on this endpoint (all replicas)
+    max_concurrency: int | None = None
+    input_price_per_1m: float = 0.0
+    output_price_per_1m: float = 0.0
+    engine: EngineSignals | None = None
+    latency: LatencyEstimate = field(default_factory=LatencyEstimate)
+
+    @property
+    def self_hosted(self) -> bool:
+        return self.kind == "vllm"
+
+    def cost(self, prompt_tokens: int, output_tokens: int) -> float:
+        return (
+            prompt_tokens * self.input_price_per_1m + output_tokens * self.output_price_per_1m
+        ) / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """Endpoints best first, plus what the policy predicted, for explanation headers."""
+
+    endpoints: tuple[EndpointSnapshot, ...]
+    predicted_ttft_s: float | None = None
+    at_risk: bool = False
+    reason: str = ""
+    predicted_ttft_p95_s: float | None = None  # the quantile judged against the class SLO
+
+
+class RoutingPolicy(Protocol):
+    name: ClassVar[str]
+
+    def rank(
+        self, request: RouteRequest, candidates: Sequence[EndpointSnapshot], rng: random.Random
+    ) -> Ranking: ...

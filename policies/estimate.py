@@ -1,0 +1,289 @@
+"""Predict TTFT and TPOT for one request on one endpoint: a mean and a p95 for each.
+
+Notation: P = the request's prompt tokens, N = its output tokens (max_tokens, else
+`default_output_tokens`), I = gateway-wide in-flight leases on the endpoint (instantaneous),
+W, R = the engine's waiting and running gauges (scraped, `age_s` old).
+
+Model (seconds)
+    service   = a + b·P                                    prefill of this request
+    wait      = queued · (a + b·P̄)                         prefill work queued ahead of it
+    ttft_mean = service + wait + Σ rate·penalty
+    ttft_p95  = (service + wait)·ttft_spread + wait·(1 − trust) + Σ min(1, rate/0.05)·penalty
+    tpot_mean = w·(c + d·(I + 1)) + (1 − w)·t·(1 + running / tpot_double_running)
+    tpot_p95  = tpot_mean · tpot_spread
+    e2e_p95   = ttft_p95 + tpot_p95·N                      (used for deadline classes)
+
+Coefficients, each blended between the endpoint's statistics and a prior by warmth
+    warmth    w = min(1, samples / min_samples); value = w·observed + (1 − w)·prior. An endpoint
+              with w < 1 is *cold*: policies give it a small exploration share.
+    a, b      TTFT base and per-prompt-token slope from the store's fit (`ttft_base_s`,
+              `ttft_per_token_s`). A slope ≤ 0 or missing says nothing about prompt length
+              (equal prompts, cache hits), so then b = the prior slope and a = mean − b·P̄.
+              P̄ = the endpoint's `prompt_tokens_mean`, else `mean_prompt_tokens`. The fit holds
+              the window's typical queueing, so adding the queue term makes TTFT conservative by
+              that typical queue (about zero for a healthy endpoint).
+    c, d      TPOT base and slope per gateway in-flight request from the store's fit
+              (`tpot_base_s`, `tpot_per_in_flight_s`; I + 1 counts this request), else the
+              mean TPOT as measured.
+    t         the prior's TPOT of an idle endpoint; `tpot_double_running` = running sequences
+              that double it (None: TPOT does not grow with our load, as for a large hosted fleet).
+    spreads   p95/mean: observed `ttft_p95_s / ttft_mean_s` (and TPOT alike), else the prior's.
+    rates     throttled (429) and other errors per sample, times w (few samples say little);
+              a 429 costs `throttle_penalty_s` (a Retry-After), an error `error_penalty_s` (a
+              failover). The p95 carries the full penalty once the rate reaches 5%.
+
+Load: instantaneous gateway counts fused with lagging engine gauges
+    trust       = 0.5 ** (age_s / gauge_half_life_s); 0 without engine gauges or their age.
+    slots       = max_concurrency, else the prior's `batch_slots` (None: unbounded).
+    queued      = trust·W + (1 − trust)·max(0, I − slots), and never below I − max_concurrency,
+                  since leases beyond a concurrency limit wait whatever the gauges say.
+    running     = trust·R + (1 − trust)·min(I, slots)
+
+Priors per endpoint kind (`priors.vllm`, `priors.openai`), optionally per endpoint id
+(`endpoint_priors`, a complete prior that replaces the kind's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from policies.base import EndpointSnapshot, LatencyEstimate, RouteRequest
+
+P95_TAIL = 0.05  # a failure rate at or above this puts its whole penalty into the p95
+
+
+class EndpointPrior(BaseModel):
+    """What to assume about an endpoint before it has `min_samples` observations."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ttft_base_s: float = Field(default=0.05, ge=0)
+    ttft_per_token_s: float = Field(default=1e-4, ge=0)
+    tpot_s: float = Field(default=0.02, gt=0)
+    ttft_spread: float = Field(default=1.5, ge=1, description="TTFT p95 / mean")
+    tpot_spread: float = Field(default=1.3, ge=1, description="TPOT p95 / mean")
+    batch_slots: int | None = Field(default=128, ge=1)
+    tpot_double_running: float | None = Field(default=128.0, gt=0)
+
+
+def _hosted_prior() -> EndpointPrior:
+    return EndpointPrior(
+        ttft_base_s=0.5,
+        ttft_per_token_s=2e-5,
+        tpot_s=0.015,
+        ttft_spread=2.5,
+        tpot_spread=1.5,
+        batch_slots=None,
+        tpot_double_running=None,
+    )
+
+
+class KindPriors(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    vllm: EndpointPrior = EndpointPrior()
+    openai: EndpointPrior = _hosted_prior()
+
+
+class EstimateParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    min_samples: int = Field(default=20, ge=1)
+    gauge_half_life_s: float = Field(default=2.0, gt=0)
+    default_output_tokens: int = Field(default=256, ge=1)
+    mean_prompt_tokens: float = Field(default=1000.0, ge=0)
+    throttle_penalty_s: float = Field(default=1.0, ge=0)
+    error_penalty_s: float = Field(default=0.5, ge=0)
+    priors: KindPriors = KindPriors()
+    endpoint_priors: dict[str, EndpointPrior] = Field(default_factory=dict)
+
+
+class Prediction(NamedTuple):
+    ttft_mean_s: float
+    ttft_p95_s: float
+    tpot_mean_s: float
+    tpot_p95_s: float
+    output_tokens: int
+    queued: float  # requests estimated ahead of this one
+    cold: bool
+
+    @property
+    def e2e_p95_s(self) -> float:
+        return self.ttft_p95_s + self.tpot_p95_s * self.output_tokens
+
+
+class FusedLoad(NamedTuple):
+    queued: float
+    running: float
+    trust: float
+
+
+class Estimator:
+    """`EstimateParams` compiled for the hot path: plain attributes and plain priors.
+
+    Reading a pydantic attribute costs about three times a slots attribute, and `predict` runs
+    once per candidate per request, so the validated config is copied here once.
+    """
+
+    __slots__ = (
+        "_endpoint_priors",
+        "_error_penalty_s",
+        "_half_life_s",
+        "_kind_priors",
+        "_mean_prompt_tokens",
+        "_min_samples",
+        "_throttle_penalty_s",
+        "default_output_tokens",
+        "params",
+    )
+
+    def __init__(self, params: EstimateParams) -> None:
+        self.params = params
+        self.default_output_tokens = params.default_output_tokens
+        self._min_samples = params.min_samples
+        self._half_life_s = params.gauge_half_life_s
+        self._mean_prompt_tokens = params.mean_prompt_tokens
+        self._throttle_penalty_s = params.throttle_penalty_s
+        self._error_penalty_s = params.error_penalty_s
+        self._kind_priors = {
+            "vllm": _Prior.of(params.priors.vllm),
+            "openai": _Prior.of(params.priors.openai),
+        }
+        self._endpoint_priors = {k: _Prior.of(v) for k, v in params.endpoint_priors.items()}
+
+    def prior(self, snapshot: EndpointSnapshot) -> _Prior:
+        own = self._endpoint_priors.get(snapshot.endpoint_id) if self._endpoint_priors else None
+        return own or self._kind_priors[snapshot.kind]
+
+    def load(self, snapshot: EndpointSnapshot) -> FusedLoad:
+        """Requests queued and running now, trusting the engine gauges less the older they are."""
+        return FusedLoad(*_load(snapshot, self.prior(snapshot), self._half_life_s))
+
+    def predict(self, request: RouteRequest, snapshot: EndpointSnapshot) -> Prediction:
+        """The model above, step by step."""
+        prior = self.prior(snapshot)
+        stats = snapshot.latency
+        warmth = stats.samples / self._min_samples
+        if warmth > 1.0:
+            warmth = 1.0
+        queued, running, trust = _load(snapshot, prior, self._half_life_s)
+        a, b = _ttft_coefficients(stats, prior, warmth, self._mean_prompt_tokens)
+        wait_s = queued * (a + b * (stats.prompt_tokens_mean or self._mean_prompt_tokens))
+        ahead_s = a + b * request.prompt_tokens + wait_s
+        spread = _spread(stats.ttft_p95_s, stats.ttft_mean_s, prior.ttft_spread, warmth)
+        tpot_s = _tpot_mean(snapshot, prior, warmth, running)
+        tpot_spread = _spread(stats.tpot_p95_s, stats.tpot_mean_s, prior.tpot_spread, warmth)
+        penalty_mean_s = penalty_p95_s = 0.0
+        if stats.errors:
+            penalty_mean_s, penalty_p95_s = self._failure_penalties(stats, warmth)
+        return Prediction(  # positional: cheaper than keywords on this path
+            ahead_s + penalty_mean_s,
+            ahead_s * spread + wait_s * (1 - trust) + penalty_p95_s,
+            tpot_s,
+            tpot_s * tpot_spread,
+            request.max_tokens or self.default_output_tokens,
+            queued,
+            warmth < 1.0,
+        )
+
+    def _failure_penalties(self, stats: LatencyEstimate, warmth: float) -> tuple[float, float]:
+        # `errors` counts every failed request, 429s included; `throttled` only the 429s
+        per_sample = warmth / stats.samples
+        throttle_rate = stats.throttled * per_sample
+        error_rate = (stats.errors - stats.throttled) * per_sample
+        error_rate = error_rate if error_rate > 0 else 0.0
+        mean_s = throttle_rate * self._throttle_penalty_s + error_rate * self._error_penalty_s
+        p95_s = (
+            _tail_share(throttle_rate) * self._throttle_penalty_s
+            + _tail_share(error_rate) * self._error_penalty_s
+        )
+        return mean_s, p95_s
+
+
+def _tail_share(rate: float) -> float:
+    """How much of a penalty that strikes `rate` of requests shows in the p95."""
+    return rate / P95_TAIL if rate < P95_TAIL else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Prior:
+    """An `EndpointPrior` as plain attributes."""
+
+    ttft_base_s: float
+    ttft_per_token_s: float
+    tpot_s: float
+    ttft_spread: float
+    tpot_spread: float
+    batch_slots: int | None
+    tpot_double_running: float | None
+
+    @classmethod
+    def of(cls, prior: EndpointPrior) -> _Prior:
+        return cls(**prior.model_dump())
+
+
+def _load(
+    snapshot: EndpointSnapshot, prior: _Prior, half_life_s: float
+) -> tuple[float, float, float]:
+    in_flight = snapshot.in_flight
+    limit = snapshot.max_concurrency
+    slots = limit or prior.batch_slots
+    gateway_queued, gateway_running = 0, in_flight
+    if slots is not None and in_flight > slots:
+        gateway_queued, gateway_running = in_flight - slots, slots
+    engine = snapshot.engine
+    if engine is None or engine.age_s is None:
+        return gateway_queued, gateway_running, 0.0
+    trust = 0.5 ** (engine.age_s / half_life_s) if engine.age_s > 0 else 1.0
+    queued: float = gateway_queued
+    if engine.waiting is not None:
+        queued += trust * (engine.waiting - gateway_queued)
+    running: float = gateway_running
+    if engine.running is not None:
+        running += trust * (engine.running - gateway_running)
+    if limit and in_flight - limit > queued:
+        queued = in_flight - limit
+    return queued, running, trust
+
+
+def _ttft_coefficients(
+    stats: LatencyEstimate, prior: _Prior, warmth: float, default_prompt: float
+) -> tuple[float, float]:
+    slope = stats.ttft_per_token_s
+    if stats.ttft_base_s is not None and slope is not None and slope > 0:
+        base_s = stats.ttft_base_s
+    elif stats.ttft_mean_s is not None:
+        slope = prior.ttft_per_token_s
+        base_s = stats.ttft_mean_s - slope * (stats.prompt_tokens_mean or default_prompt)
+        base_s = base_s if base_s > 0 else 0.0
+    else:
+        return prior.ttft_base_s, prior.ttft_per_token_s
+    return (
+        prior.ttft_base_s + warmth * (base_s - prior.ttft_base_s),
+        prior.ttft_per_token_s + warmth * (slope - prior.ttft_per_token_s),
+    )
+
+
+def _tpot_mean(
+    snapshot: EndpointSnapshot, prior: _Prior, warmth: float, running: float
+) -> float:
+    prior_s = prior.tpot_s
+    if prior.tpot_double_running is not None:
+        prior_s *= 1 + running / prior.tpot_double_running
+    stats = snapshot.latency
+    observed_s = stats.tpot_mean_s
+    slope_s = stats.tpot_per_in_flight_s
+    if stats.tpot_base_s is not None and slope_s is not None:
+        slope_s = slope_s if slope_s > 0 else 0.0
+        observed_s = stats.tpot_base_s + slope_s * (snapshot.in_flight + 1)
+    if observed_s is None:
+        return prior_s
+    return prior_s + warmth * (observed_s - prior_s)
+
+
+def _spread(quantile: float | None, mean: float | None, prior: float, warmth: float) -> float:
+    """p95 / mean, observed (at least 1) blended with the prior by warmth."""
+    if quantile is None or not mean:
+        return prior
+    observed = quantile / mean if quantile > mean else 1.0
+    return prior + warmth * (observed - prior)

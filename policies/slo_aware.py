@@ -1,0 +1,114 @@
+"""SLO-aware routing: the cheapest endpoint predicted to meet the request's SLO.
+
+Method
+1. Predict TTFT and TPOT, mean and p95, for the request on every candidate (`policies.estimate`).
+2. Headroom = min over the targets the class sets of (1 − predicted p95 / target):
+       ttft_p95 vs ttft_s,   tpot_p95 vs tpot_s,   ttft_p95 + tpot_p95·N vs deadline_s
+   (N = max_tokens or the estimate's default). A fraction of the SLO, so targets of different
+   units compare; +inf when the class sets no target. The endpoint *meets* the SLO when ≥ 0.
+3. Endpoints that meet it come first: cheapest for this request (prompt and N tokens at the
+   endpoint's prices), self-hosted (kind vllm) before hosted at equal cost, then the most
+   headroom, then the lowest predicted p95 TTFT, then a random tie-break. The rest follow, best
+   predicted first (most headroom, i.e. least negative). All candidates are returned: the
+   ranking is the failover order.
+4. `at_risk` when the first endpoint is not predicted to meet the SLO.
+5. Exploration: with probability `explore_fraction`, a cold endpoint (fewer observations than
+   the estimate's `min_samples`), drawn uniformly, goes first, so endpoints whose priors look
+   slow still get measured. Randomness comes only from the injected rng.
+
+Parameters: `explore_fraction` (0..1, default 0.02) and `estimate` (see `policies.estimate`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from policies.base import EndpointSnapshot, Ranking, RouteRequest, SloTarget
+from policies.estimate import EstimateParams, Estimator, Prediction
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: Literal["slo_aware"] = "slo_aware"
+    explore_fraction: float = Field(default=0.02, ge=0, le=1)
+    estimate: EstimateParams = EstimateParams()
+
+
+def headroom(slo: SloTarget, prediction: Prediction) -> float:
+    """Fraction of the tightest target left over at the p95; negative when it is missed."""
+    room = math.inf
+    if slo.ttft_s is not None:
+        room = 1 - prediction.ttft_p95_s / slo.ttft_s
+    if slo.tpot_s is not None:
+        room = min(room, 1 - prediction.tpot_p95_s / slo.tpot_s)
+    if slo.deadline_s is not None:
+        room = min(room, 1 - prediction.e2e_p95_s / slo.deadline_s)
+    return room
+
+
+class SloAware:
+    name: ClassVar[str] = "slo_aware"
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        self.estimator = Estimator(params.estimate)
+
+    def rank(
+        self, request: RouteRequest, candidates: Sequence[EndpointSnapshot], rng: random.Random
+    ) -> Ranking:
+        if not candidates:
+            return Ranking(endpoints=())
+        predict = self.estimator.predict
+        predictions = [predict(request, c) for c in candidates]
+        pairs = enumerate(zip(candidates, predictions, strict=True))
+        keys = sorted([_sort_key(request, c, p, rng.random(), i) for i, (c, p) in pairs])
+        order = [key[-1] for key in keys]
+        reason = "slo_met" if keys[0][0] == MEETS else "slo_at_risk"
+        if self._explores(predictions, order, rng):
+            cold = [i for i in order if predictions[i].cold]
+            pick = cold[rng.randrange(len(cold))]
+            order = [pick, *(i for i in order if i != pick)]
+            reason = "explore"
+        first = predictions[order[0]]
+        return Ranking(
+            endpoints=tuple([candidates[i] for i in order]),
+            predicted_ttft_s=first.ttft_mean_s,
+            at_risk=headroom(request.slo, first) < 0,
+            reason=reason,
+            predicted_ttft_p95_s=first.ttft_p95_s,
+        )
+
+    def _explores(
+        self, predictions: Sequence[Prediction], order: Sequence[int], rng: random.Random
+    ) -> bool:
+        if rng.random() >= self.params.explore_fraction:
+            return False
+        return any(predictions[i].cold for i in order[1:])
+
+
+MEETS, MISSES = 0.0, 1.0
+
+
+# (meets or misses, cost, hosted, -headroom, ttft p95, random tie, candidate index)
+SortKey = tuple[float, float, float, float, float, float, int]
+
+
+def _sort_key(
+    request: RouteRequest,
+    snapshot: EndpointSnapshot,
+    prediction: Prediction,
+    tie: float,
+    index: int,
+) -> SortKey:
+    """Plain tuples sort fastest; the index (unique) ends every key so ties never compare more."""
+    room = headroom(request.slo, prediction)
+    if room < 0:
+        return (MISSES, -room, prediction.ttft_p95_s, 0.0, 0.0, tie, index)
+    cost = snapshot.cost(request.prompt_tokens, prediction.output_tokens)
+    hosted = 0.0 if snapshot.self_hosted else 1.0
+    return (MEETS, cost, hosted, -room, prediction.ttft_p95_s, tie, index)

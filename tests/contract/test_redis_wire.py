@@ -1,0 +1,128 @@
+"""What only the Redis store can show: round trips, TTLs, hash slots, script files."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from importlib import resources
+from typing import Any
+
+import pytest
+from redis.asyncio import Connection, ConnectionPool, Redis
+from redis.crc import key_slot
+
+from gateway.stats.base import LatencySample
+from gateway.stats.breaker import BreakerPolicy
+from gateway.stats.redis import RedisStatsStore
+
+pytestmark = pytest.mark.redis
+NOW = 1_000_000.0
+ENDPOINTS = ["a", "b", "c", "d"]
+
+
+class CountingConnection(Connection):
+    """A real connection that counts the writes it sends: one write per round trip."""
+
+    writes = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.writes += 1
+        await super().send_packed_command(command, check_health)
+
+
+@pytest.fixture
+async def counted(redis_url: str, key_prefix: str) -> AsyncIterator[RedisStatsStore]:
+    pool = ConnectionPool.from_url(redis_url, connection_class=CountingConnection)
+    store = RedisStatsStore(Redis(connection_pool=pool), prefix=key_prefix, owns_client=True)
+    yield store
+    await store.close()
+    await pool.aclose()
+
+
+def sample(at_s: float) -> LatencySample:
+    return LatencySample(
+        at_s=at_s,
+        ok=True,
+        status=200,
+        prompt_tokens=300,
+        output_tokens=20,
+        ttft_s=0.2,
+        tpot_s=0.03,
+        e2e_s=0.8,
+        in_flight=2,
+    )
+
+
+async def round_trips(store: RedisStatsStore, operation: Any) -> int:
+    await operation()  # warm: connect, load scripts
+    before = CountingConnection.writes
+    await operation()
+    return CountingConnection.writes - before
+
+
+async def test_each_hot_path_operation_is_one_round_trip(counted: RedisStatsStore) -> None:
+    for eid in ENDPOINTS:
+        await counted.observe(eid, sample(NOW))
+
+    async def read() -> None:
+        await counted.read(ENDPOINTS, now=NOW)
+
+    async def read_in_flight() -> None:
+        await counted.read_in_flight(ENDPOINTS, now=NOW)
+
+    async def acquire() -> None:
+        await counted.acquire("a", "r1", ttl_s=30, now=NOW)
+
+    async def observe() -> None:
+        await counted.observe("a", sample(NOW))
+
+    async def release() -> None:
+        await counted.release("a", "r1", now=NOW)
+
+    for operation in (read, read_in_flight, acquire, observe, release):
+        assert await round_trips(counted, operation) == 1, operation.__name__
+
+
+async def exercise_every_key(store: RedisStatsStore) -> None:
+    policy = BreakerPolicy(failure_threshold=1)
+    await store.acquire("a", "r1", ttl_s=30, now=NOW)
+    await store.try_acquire("tenant:acme", "r1", limit=3, ttl_s=30, now=NOW)
+    await store.observe("a", sample(NOW))
+    await store.hit("tenant:acme:rpm", cost=1, window_s=60, now=NOW)
+    await store.try_hit("tenant:acme:tpm", cost=100, limit=1000, window_s=60, now=NOW)
+    await store.record_result("a", ok=False, now=NOW, policy=policy)
+    await store.claim_trial("a", now=NOW + 60, policy=policy)
+    await store.record_result("b", ok=False, now=NOW, policy=BreakerPolicy())
+    await store.cool_down("c", until_s=NOW + 3600, now=NOW)
+
+
+async def test_every_key_has_a_ttl(redis_client: Redis, redis_url: str, key_prefix: str) -> None:
+    store = RedisStatsStore(redis_client, prefix=key_prefix)
+    await exercise_every_key(store)
+    found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}*")]
+    assert len(found) == 8
+    for key in found:
+        assert await redis_client.pttl(key) > 0, key
+    assert await redis_client.pttl(store.keys.health("c")) > 3600_000
+
+
+async def test_an_endpoints_keys_share_one_cluster_slot(
+    redis_client: Redis, key_prefix: str
+) -> None:
+    store = RedisStatsStore(redis_client, prefix=key_prefix)
+    await exercise_every_key(store)
+    found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}{{ep:a}}*")]
+    assert len(found) == 3
+    assert len({key_slot(key) for key in found}) == 1
+
+
+def test_lua_scripts_are_package_files_with_a_header() -> None:
+    scripts = [
+        entry
+        for entry in (resources.files("gateway.stats") / "lua").iterdir()
+        if entry.name.endswith(".lua")
+    ]
+    assert len(scripts) == 6
+    for script in scripts:
+        text = script.read_text()
+        for marker in ("-- KEYS[1]", "-- ARGV[1]", "-- returns"):
+            assert marker in text, (script.name, marker)

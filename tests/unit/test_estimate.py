@@ -1,0 +1,192 @@
+"""TTFT/TPOT prediction from fixed snapshots: priors, fits, fused load, penalties."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from policies.base import EndpointSnapshot, EngineSignals, LatencyEstimate, RouteRequest, SloTarget
+from policies.estimate import EndpointPrior, EstimateParams, Estimator
+
+PARAMS = EstimateParams()
+ESTIMATE = Estimator(PARAMS)
+VLLM = PARAMS.priors.vllm  # a = 0.05 s, b = 1e-4 s/token, tpot 0.02 s, spreads 1.5 / 1.3
+WARM = LatencyEstimate(samples=100, ttft_mean_s=0.3, ttft_base_s=0.1, ttft_per_token_s=0.001)
+
+
+def request(prompt_tokens: int = 1000, max_tokens: int | None = 100) -> RouteRequest:
+    slo = SloTarget("interactive", ttft_s=1.0)
+    return RouteRequest("r1", "m", "t", slo, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
+
+
+def endpoint(**fields: Any) -> EndpointSnapshot:
+    return replace(EndpointSnapshot("e1", "vllm"), **fields)
+
+
+def engine(waiting: float = 0, running: float = 0, age_s: float = 0.0) -> EngineSignals:
+    return EngineSignals(waiting=waiting, running=running, age_s=age_s)
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "prompt_tokens", "expected_ttft_s"),
+    [
+        # cold, idle: the vLLM prior a + b·P
+        (endpoint(), 1000, 0.05 + 1e-4 * 1000),
+        (endpoint(), 8000, 0.05 + 1e-4 * 8000),
+        # warm: the store's fit, a + b·P
+        (endpoint(latency=WARM), 1000, 0.1 + 0.001 * 1000),
+        (endpoint(latency=WARM), 4000, 0.1 + 0.001 * 4000),
+        # half warm: halfway between fit and prior
+        (
+            endpoint(latency=LatencyEstimate(samples=10, ttft_base_s=0.1, ttft_per_token_s=0.001)),
+            1000,
+            0.5 * (0.1 + 1.0) + 0.5 * (0.05 + 0.1),
+        ),
+        # a flat fit (slope 0: equal prompts) keeps the prior slope around the measured mean
+        (
+            endpoint(
+                latency=LatencyEstimate(
+                    samples=100, ttft_mean_s=0.3, ttft_base_s=0.3, ttft_per_token_s=0.0,
+                    prompt_tokens_mean=500,
+                )
+            ),
+            2500,
+            0.3 + 1e-4 * 2000,
+        ),
+        # fresh engine queue of 4: four mean prompts of prefill ahead
+        (endpoint(engine=engine(waiting=4)), 1000, 0.15 + 4 * 0.15),
+    ],
+)
+def test_ttft_mean_follows_prompt_length_and_queue(
+    snapshot: EndpointSnapshot, prompt_tokens: int, expected_ttft_s: float
+) -> None:
+    prediction = ESTIMATE.predict(request(prompt_tokens), snapshot)
+    assert prediction.ttft_mean_s == pytest.approx(expected_ttft_s)
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "expected_queued"),
+    [
+        (endpoint(), 0.0),
+        (endpoint(engine=engine(waiting=8, age_s=0.0)), 8.0),
+        # one half-life old: half engine gauge, half gateway view (no leases beyond 128 slots)
+        (endpoint(engine=engine(waiting=8, age_s=2.0)), 4.0),
+        # very stale gauges: only the gateway's leases beyond the batch slots
+        (endpoint(in_flight=140, engine=engine(waiting=0, age_s=60.0)), 12.0),
+        # no engine at all: leases beyond max_concurrency wait
+        (endpoint(kind="openai", in_flight=10, max_concurrency=4), 6.0),
+        # fresh gauges that missed a burst cannot hide leases over the concurrency limit
+        (endpoint(in_flight=10, max_concurrency=4, engine=engine(waiting=0)), 6.0),
+        # a hosted provider without a limit never queues at the gateway
+        (endpoint(kind="openai", in_flight=500), 0.0),
+    ],
+)
+def test_fused_queue_trusts_fresh_gauges_and_instant_leases(
+    snapshot: EndpointSnapshot, expected_queued: float
+) -> None:
+    load = ESTIMATE.load(snapshot)
+    assert load.queued == pytest.approx(expected_queued, abs=1e-3)
+
+
+def test_a_long_queue_makes_an_endpoint_slower_than_an_idle_one() -> None:
+    idle = ESTIMATE.predict(request(), endpoint(engine=engine(waiting=0)))
+    queued = ESTIMATE.predict(request(), endpoint(engine=engine(waiting=20)))
+    assert queued.ttft_p95_s > idle.ttft_p95_s + 2.0
+
+
+def test_stale_queue_information_widens_the_p95_not_the_mean() -> None:
+    snapshot = endpoint(kind="openai", in_flight=6, max_concurrency=4)
+    prediction = ESTIMATE.predict(request(), snapshot)
+    hosted = PARAMS.priors.openai
+    service_s = hosted.ttft_base_s + hosted.ttft_per_token_s * 1000
+    wait_s = 2 * service_s
+    assert prediction.ttft_mean_s == pytest.approx(service_s + wait_s)
+    # trust 0 (no gauges): the wait counts once more in the p95
+    expected = (service_s + wait_s) * hosted.ttft_spread + wait_s
+    assert prediction.ttft_p95_s == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("latency", "expected_spread"),
+    [
+        (LatencyEstimate(), VLLM.ttft_spread),
+        (LatencyEstimate(samples=100, ttft_mean_s=0.2, ttft_p95_s=0.6), 3.0),
+        # a p95 below the mean (noise) is clamped to a spread of 1
+        (LatencyEstimate(samples=100, ttft_mean_s=0.2, ttft_p95_s=0.1), 1.0),
+    ],
+)
+def test_p95_uses_the_observed_spread_when_known(
+    latency: LatencyEstimate, expected_spread: float
+) -> None:
+    prediction = ESTIMATE.predict(request(), endpoint(latency=latency))
+    assert prediction.ttft_p95_s / prediction.ttft_mean_s == pytest.approx(expected_spread)
+
+
+@pytest.mark.parametrize(
+    ("latency", "extra_mean_s", "extra_p95_s"),
+    [
+        (LatencyEstimate(samples=100, ttft_mean_s=0.2), 0.0, 0.0),
+        # 10% throttled: 0.1 × 1 s on the mean, the whole second in the p95
+        (LatencyEstimate(samples=100, throttled=10, errors=10, ttft_mean_s=0.2), 0.1, 1.0),
+        # 2% other errors: 0.02 × 0.5 s on the mean, 40% of 0.5 s in the p95
+        (LatencyEstimate(samples=100, errors=2, ttft_mean_s=0.2), 0.01, 0.2),
+    ],
+)
+def test_throttling_and_errors_add_expected_penalties(
+    latency: LatencyEstimate, extra_mean_s: float, extra_p95_s: float
+) -> None:
+    baseline = LatencyEstimate(samples=100, ttft_mean_s=0.2)
+    clean = ESTIMATE.predict(request(), endpoint(latency=baseline))
+    prediction = ESTIMATE.predict(request(), endpoint(latency=latency))
+    assert prediction.ttft_mean_s - clean.ttft_mean_s == pytest.approx(extra_mean_s)
+    assert prediction.ttft_p95_s - clean.ttft_p95_s == pytest.approx(extra_p95_s)
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "expected_tpot_s"),
+    [
+        (endpoint(), 0.02),
+        # 64 running of 128 that double TPOT: 1.5×
+        (endpoint(engine=engine(running=64)), 0.02 * 1.5),
+        # a hosted provider's TPOT does not grow with our load
+        (endpoint(kind="openai", in_flight=64), PARAMS.priors.openai.tpot_s),
+        # warm: the store's fit against gateway in-flight, this request included
+        (
+            endpoint(
+                in_flight=9,
+                latency=LatencyEstimate(samples=100, tpot_base_s=0.01, tpot_per_in_flight_s=0.001),
+            ),
+            0.01 + 0.001 * 10,
+        ),
+        # warm without a fit: the mean as measured
+        (endpoint(in_flight=50, latency=LatencyEstimate(samples=100, tpot_mean_s=0.03)), 0.03),
+    ],
+)
+def test_tpot_grows_with_running_sequences(
+    snapshot: EndpointSnapshot, expected_tpot_s: float
+) -> None:
+    assert ESTIMATE.predict(request(), snapshot).tpot_mean_s == pytest.approx(expected_tpot_s)
+
+
+@pytest.mark.parametrize(("samples", "cold"), [(0, True), (19, True), (20, False), (500, False)])
+def test_endpoints_with_few_samples_are_cold(samples: int, cold: bool) -> None:
+    snapshot = endpoint(latency=LatencyEstimate(samples=samples, ttft_mean_s=0.2))
+    assert ESTIMATE.predict(request(), snapshot).cold is cold
+
+
+def test_a_configured_endpoint_prior_replaces_the_kind_prior() -> None:
+    fast = EndpointPrior(ttft_base_s=0.01, ttft_per_token_s=1e-5)
+    estimate = Estimator(EstimateParams(endpoint_priors={"e1": fast}))
+    own = estimate.predict(request(), endpoint())
+    other = estimate.predict(request(), endpoint(endpoint_id="e2"))
+    assert own.ttft_mean_s == pytest.approx(0.01 + 1e-5 * 1000)
+    assert other.ttft_mean_s == pytest.approx(0.05 + 1e-4 * 1000)
+
+
+def test_deadline_prediction_uses_max_tokens_or_the_default() -> None:
+    given = ESTIMATE.predict(request(max_tokens=100), endpoint())
+    default = ESTIMATE.predict(request(max_tokens=None), endpoint())
+    assert given.e2e_p95_s == pytest.approx(given.ttft_p95_s + 100 * given.tpot_p95_s)
+    assert default.output_tokens == PARAMS.default_output_tokens

@@ -1,0 +1,205 @@
+"""slo_aware on fixed snapshots: which endpoint comes first, and when the SLO is at risk."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from policies.base import EndpointSnapshot, EngineSignals, LatencyEstimate, RouteRequest, SloTarget
+from policies.estimate import Prediction
+from policies.slo_aware import Params, SloAware, headroom
+
+INTERACTIVE = SloTarget("interactive", ttft_s=0.5, priority=10)
+STREAMING = SloTarget("streaming", ttft_s=1.0, tpot_s=0.05)
+DEADLINE = SloTarget("deadline", deadline_s=5.0)
+BATCH = SloTarget("batch", sheddable=True)
+NO_EXPLORE = Params(explore_fraction=0.0)
+
+
+def warm(base_s: float, per_token_s: float = 1e-4, tpot_s: float = 0.02) -> LatencyEstimate:
+    """Measured: TTFT = base + per_token·P (p95 = 1.5× mean by the vLLM prior's spread)."""
+    return LatencyEstimate(
+        samples=100,
+        ttft_mean_s=base_s,
+        ttft_base_s=base_s,
+        ttft_per_token_s=per_token_s,
+        tpot_mean_s=tpot_s,
+    )
+
+
+def replica(
+    endpoint_id: str, base_s: float = 0.05, *, waiting: float = 0, **latency: float
+) -> EndpointSnapshot:
+    """A free self-hosted replica with fresh engine gauges."""
+    engine = EngineSignals(waiting=waiting, running=0, age_s=0.0)
+    return EndpointSnapshot(endpoint_id, "vllm", engine=engine, latency=warm(base_s, **latency))
+
+
+def provider(
+    endpoint_id: str, price: float, *, base_s: float = 0.1, **latency: float
+) -> EndpointSnapshot:
+    """A hosted provider charging `price` per 1M input tokens and 4× that for output."""
+    return EndpointSnapshot(
+        endpoint_id,
+        "openai",
+        input_price_per_1m=price,
+        output_price_per_1m=4 * price,
+        latency=warm(base_s, **latency),
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    slo: SloTarget
+    candidates: tuple[EndpointSnapshot, ...]
+    first: str
+    at_risk: bool = False
+    prompt_tokens: int = 1000
+    max_tokens: int = 100
+
+
+# Low base latency but slow prefill, against higher base latency and fast prefill.
+PREFILL_PAIR = (
+    replica("quick-start", 0.02, per_token_s=2e-4),
+    replica("fast-prefill", 0.1, per_token_s=2e-5),
+)
+
+CASES = {
+    "the free replica meets the SLO: it beats a paid provider": Case(
+        INTERACTIVE, (provider("cheap", 0.15), replica("gpu")), first="gpu"
+    ),
+    "among providers that meet the SLO, the cheapest": Case(
+        INTERACTIVE, (provider("dear", 2.5), provider("cheap", 0.15)), first="cheap"
+    ),
+    "a long engine queue misses the SLO: spill to the paid provider": Case(
+        INTERACTIVE, (replica("gpu", waiting=30), provider("cheap", 0.15)), first="cheap"
+    ),
+    "self-hosted first at equal cost, even with less headroom": Case(
+        INTERACTIVE,
+        (
+            provider("hosted", 0.0, base_s=0.01),
+            replica("gpu", base_s=0.1),
+        ),
+        first="gpu",
+    ),
+    "equal cost and kind: the most headroom": Case(
+        INTERACTIVE, (replica("slow", base_s=0.15), replica("fast", base_s=0.02)), first="fast"
+    ),
+    "none meets: the best predicted, at risk": Case(
+        SloTarget("strict", ttft_s=0.05),
+        (replica("a", base_s=0.3), replica("b", base_s=0.2), provider("c", 0.15, base_s=0.9)),
+        first="b",
+        at_risk=True,
+    ),
+    "a short prompt goes where the base latency is lowest": Case(
+        INTERACTIVE,
+        PREFILL_PAIR,
+        first="quick-start",
+        prompt_tokens=100,
+    ),
+    "a long prompt goes to the fastest prefill": Case(
+        SloTarget("long", ttft_s=1.0),
+        PREFILL_PAIR,
+        first="fast-prefill",
+        prompt_tokens=8000,
+    ),
+    "a TPOT target rules out the cheaper slow decoder": Case(
+        STREAMING,
+        (provider("slow-decode", 0.15, tpot_s=0.1), provider("fast-decode", 2.5, tpot_s=0.02)),
+        first="fast-decode",
+    ),
+    "a deadline counts every output token": Case(
+        DEADLINE,
+        (provider("cheap", 0.15, tpot_s=0.01), provider("dear", 2.5, tpot_s=0.002)),
+        first="dear",
+        max_tokens=1000,
+    ),
+    "a deadline with few output tokens: both meet, the cheaper": Case(
+        DEADLINE,
+        (provider("dear", 2.5, tpot_s=0.002), provider("cheap", 0.15, tpot_s=0.01)),
+        first="cheap",
+        max_tokens=100,
+    ),
+    "no targets (batch): the cheapest, however slow": Case(
+        BATCH, (provider("hosted", 0.15), replica("gpu", waiting=30)), first="gpu"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_first_choice(case: Case) -> None:
+    request = RouteRequest(
+        "r", "m", "t", case.slo, prompt_tokens=case.prompt_tokens, max_tokens=case.max_tokens
+    )
+    ranking = SloAware(NO_EXPLORE).rank(request, case.candidates, random.Random(0))
+    assert ranking.endpoints[0].endpoint_id == case.first
+    assert ranking.at_risk is case.at_risk
+    assert ranking.reason == ("slo_at_risk" if case.at_risk else "slo_met")
+
+
+def test_failover_order_puts_every_meeting_endpoint_before_the_misses() -> None:
+    candidates = (
+        replica("miss-1", waiting=40),
+        provider("meet-dear", 2.5),
+        replica("miss-2", waiting=60),
+        replica("meet-free"),
+    )
+    request = RouteRequest("r", "m", "t", INTERACTIVE, prompt_tokens=1000, max_tokens=100)
+    ranking = SloAware(NO_EXPLORE).rank(request, candidates, random.Random(0))
+    assert [e.endpoint_id for e in ranking.endpoints] == [
+        "meet-free", "meet-dear", "miss-1", "miss-2"
+    ]
+
+
+def test_reports_the_prediction_for_the_first_endpoint() -> None:
+    request = RouteRequest("r", "m", "t", INTERACTIVE, prompt_tokens=1000, max_tokens=100)
+    ranking = SloAware(NO_EXPLORE).rank(request, [replica("gpu", base_s=0.1)], random.Random(0))
+    # TTFT = 0.1 + 1e-4·1000, p95 = 1.5× (the vLLM prior's spread)
+    assert ranking.predicted_ttft_s == pytest.approx(0.2)
+    assert ranking.predicted_ttft_p95_s == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize(
+    ("slo", "ttft_p95_s", "tpot_p95_s", "expected"),
+    [
+        (INTERACTIVE, 0.25, 0.5, 0.5),  # only TTFT is judged
+        (INTERACTIVE, 0.75, 0.0, -0.5),
+        (STREAMING, 0.5, 0.04, 0.2),  # the tighter of 1 − 0.5/1 and 1 − 0.04/0.05
+        (DEADLINE, 1.0, 0.01, 1 - (1.0 + 0.01 * 100) / 5.0),
+        (BATCH, 100.0, 1.0, float("inf")),
+    ],
+)
+def test_headroom_is_the_tightest_fraction_of_the_slo_left(
+    slo: SloTarget, ttft_p95_s: float, tpot_p95_s: float, expected: float
+) -> None:
+    prediction = Prediction(0.0, ttft_p95_s, 0.0, tpot_p95_s, 100, 0.0, False)
+    assert headroom(slo, prediction) == pytest.approx(expected)
+
+
+def cold_and_warm() -> tuple[EndpointSnapshot, ...]:
+    cold = EndpointSnapshot("cold", "openai", input_price_per_1m=5.0)  # prior: slow and dear
+    return (replica("w1"), replica("w2"), cold)
+
+
+def test_a_cold_endpoint_gets_a_small_exploration_share() -> None:
+    policy = SloAware(Params(explore_fraction=0.05))
+    request = RouteRequest("r", "m", "t", INTERACTIVE, prompt_tokens=1000, max_tokens=100)
+    firsts = [
+        policy.rank(request, cold_and_warm(), random.Random(seed)).endpoints[0].endpoint_id
+        for seed in range(2000)
+    ]
+    share = firsts.count("cold") / len(firsts)
+    assert 0.02 < share < 0.09
+
+
+@pytest.mark.parametrize(("fraction", "explores"), [(0.0, False), (1.0, True)])
+def test_exploration_follows_its_fraction(fraction: float, explores: bool) -> None:
+    request = RouteRequest("r", "m", "t", INTERACTIVE, prompt_tokens=1000, max_tokens=100)
+    ranking = SloAware(Params(explore_fraction=fraction)).rank(
+        request, cold_and_warm(), random.Random(1)
+    )
+    assert (ranking.endpoints[0].endpoint_id == "cold") is explores
+    assert (ranking.reason == "explore") is explores
+    assert len(ranking.endpoints) == 3

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import json
+
+from gateway.sse import StreamWatch
+
+
+def event(payload: object) -> bytes:
+    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+
+def chunk(content: str | None, role: str | None = None) -> bytes:
+    delta: dict[str, str] = {}
+    if role:
+        delta["role"] = role
+    if content is not None:
+        delta["content"] = content
+    return event({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]})
+
+
+def test_first_token_ignores_role_only_and_empty_chunks() -> None:
+    watch = StreamWatch(started_s=0.0)
+    watch.feed(chunk("", role="assistant"))
+    assert watch.first_token_s is None
+    watch.feed(chunk("Hello"))
+    assert watch.first_token_s is not None
+    assert watch.content_events == 1
+
+
+def test_counts_content_events_split_across_reads_and_reads_usage() -> None:
+    stream = b"".join(chunk(t) for t in ["a", "b", "c"])
+    stream += event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    stream += event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+    stream += b"data: [DONE]\n\n"
+    watch = StreamWatch(started_s=0.0)
+    for i in range(0, len(stream), 7):  # arbitrary network fragmentation
+        watch.feed(stream[i : i + 7])
+    assert watch.content_events == 3
+    assert watch.usage == {"prompt_tokens": 7, "completion_tokens": 3}
+    assert watch.output_tokens == 3
+    assert watch.done
+
+
+def test_stream_without_done_is_not_done() -> None:
+    watch = StreamWatch(started_s=0.0)
+    watch.feed(chunk("a") + chunk("b"))
+    assert not watch.done
+    assert watch.output_tokens == 2
+
+
+def test_completions_text_counts_and_error_event_is_noticed() -> None:
+    watch = StreamWatch(started_s=0.0)
+    watch.feed(event({"object": "text_completion", "choices": [{"index": 0, "text": "x"}]}))
+    watch.feed(event({"error": {"message": "boom"}}))
+    assert watch.content_events == 1
+    assert watch.upstream_error

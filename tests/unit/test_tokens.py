@@ -1,0 +1,137 @@
+"""Prompt-token estimation from request bodies, and the optional real tokenizer."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from gateway.tokens import MEDIA_PART_TOKENS, estimate_prompt_tokens, load_counter
+
+TWELVE = "hello world!"  # 12 characters: 3 estimated tokens
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({}, 0),
+        # one message: 3 text + 4 per message + 3 reply priming
+        ({"messages": [{"role": "user", "content": TWELVE}]}, 10),
+        (
+            {
+                "messages": [
+                    {"role": "system", "content": TWELVE},
+                    {"role": "user", "content": TWELVE, "name": "ann"},
+                ]
+            },
+            3 + 3 + 4 * 2 + 1 + 3,
+        ),
+        # content parts: text summed with the other text before rounding, an image fixed
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "abcdef"},
+                            {"type": "image_url", "image_url": {"url": "data:..."}},
+                            {"type": "text", "text": "gh"},
+                        ],
+                    }
+                ]
+            },
+            2 + MEDIA_PART_TOKENS + 4 + 3,
+        ),
+        # no content (an assistant tool call): the call's strings count
+        (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}],
+                    }
+                ]
+            },
+            # "function" + "name" + "f" + "arguments" + "{}" = 24 characters
+            6 + 4 + 3,
+        ),
+        # tool definitions are part of the prompt too
+        (
+            {
+                "messages": [{"role": "user", "content": ""}],
+                "tools": [{"type": "function", "function": {"name": "lookup"}}],
+            },
+            # "type" "function" "function" "name" "lookup" = 30 characters
+            8 + 4 + 3,
+        ),
+        # completions and embeddings
+        ({"prompt": TWELVE}, 3),
+        ({"prompt": [TWELVE, TWELVE]}, 6),
+        ({"prompt": [101, 102, 103]}, 3),  # token ids count exactly
+        ({"prompt": [[1, 2], [3, 4, 5]]}, 5),
+        ({"input": "x" * 400}, 100),
+        # malformed shapes are skipped, not fatal
+        ({"messages": [1, None, {"content": 5}]}, 4 + 3),
+        ({"prompt": {"not": "a prompt"}}, 0),
+    ],
+)
+def test_estimates_characters_over_four_plus_overheads(body: dict[str, Any], expected: int) -> None:
+    assert estimate_prompt_tokens(body) == expected
+
+
+def test_a_32k_token_prompt_estimates_to_32k() -> None:
+    body = {"messages": [{"role": "user", "content": "abcd" * 32_000}]}
+    assert estimate_prompt_tokens(body) == 32_000 + 4 + 3
+
+
+def test_a_counter_replaces_the_character_estimate() -> None:
+    words = {"messages": [{"role": "user", "content": "one two three"}], "tools": []}
+
+    def count_words(text: str) -> int:
+        return len(text.split())
+
+    assert estimate_prompt_tokens(words, count_words) == 3 + 4 + 3
+
+
+@pytest.mark.parametrize("spec", [None, "chars"])
+def test_the_default_is_the_estimate(spec: str | None) -> None:
+    assert load_counter(spec) is None
+
+
+@pytest.mark.parametrize("spec", ["sentencepiece:x", "tiktoken", "tiktoken:"])
+def test_an_unknown_tokenizer_is_a_configuration_error(spec: str) -> None:
+    with pytest.raises(ValueError, match="unknown tokenizer"):
+        load_counter(spec)
+
+
+def test_a_missing_tiktoken_degrades_to_the_estimate(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tiktoken", None)  # import raises ImportError
+    assert load_counter("tiktoken:o200k_base") is None
+
+
+def fake_tiktoken(known: str) -> types.ModuleType:
+    """Stands in for tiktoken: one token per character, one known encoding."""
+
+    class Encoding:
+        def encode_ordinary(self, text: str) -> list[int]:
+            return [ord(c) for c in text]
+
+    def get_encoding(name: str) -> Encoding:
+        if name != known:
+            raise ValueError(f"Unknown encoding {name}")
+        return Encoding()
+
+    module = types.ModuleType("tiktoken")
+    module.__dict__["get_encoding"] = get_encoding
+    return module
+
+
+def test_tiktoken_counts_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "tiktoken", fake_tiktoken("o200k_base"))
+    counter = load_counter("tiktoken:o200k_base")
+    assert counter is not None
+    assert estimate_prompt_tokens({"prompt": TWELVE}, counter) == 12
+    assert load_counter("tiktoken:no_such_encoding") is None
