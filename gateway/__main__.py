@@ -48,8 +48,10 @@ def serve(
 
 def _register_tools() -> None:
     from gateway import demo
+    from gateway.bench import cli as bench
 
     demo.register(cli)
+    bench.register(cli)
 
 
 def main() -> None:

@@ -81,12 +81,17 @@ async def handle(request: Request, path: str, kind: Kind) -> Response:
         stream=fields.stream,
         seq=runtime.next_seq(),
     )
-    ranking = await runtime.router.rank(route)
-    call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream)
+    await runtime.admission.admit_tenant(route)
     try:
+        ranking = await runtime.router.decide(route)
+        call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream)
         routed = await runtime.router.open(call, route, ranking, lambda: disconnected(request))
     except ClientGone:
+        runtime.admission.finished(route)
         return Response(status_code=499)
+    except BaseException:
+        runtime.admission.finished(route)
+        raise
     return respond(runtime, routed, route)
 
 
@@ -113,6 +118,8 @@ def explain(routed: Routed, route: RouteRequest) -> dict[str, str]:
         "x-slo-gateway-class": route.slo.name,
         "x-slo-gateway-attempts": str(routed.attempts),
     }
+    if routed.ranking.reason:
+        headers["x-slo-gateway-decision"] = routed.ranking.reason
     if routed.ranking.predicted_ttft_s is not None:
         headers["x-slo-gateway-predicted-ttft-ms"] = f"{routed.ranking.predicted_ttft_s * 1e3:.0f}"
         headers["x-slo-gateway-at-risk"] = "true" if routed.ranking.at_risk else "false"

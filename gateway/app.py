@@ -18,8 +18,7 @@ from gateway.errors import GatewayError, InvalidRequest
 from gateway.runtime import Runtime
 from gateway.settings import GatewayConfig, Settings
 from gateway.stats.base import StatsStore
-from gateway.stats.memory import MemoryStatsStore
-from gateway.telemetry import Metrics, log
+from gateway.telemetry import log
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -31,9 +30,9 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        chosen, kind = (store, "custom") if store else (MemoryStatsStore(), "memory")
-        runtime = Runtime.build(config, chosen, kind, Metrics())
+        runtime = Runtime.build(config, settings, store)
         app.state.runtime = runtime
+        runtime.start()
         try:
             yield
         finally:

@@ -1,6 +1,6 @@
-"""What happens around each upstream attempt: leases, health, statistics and metrics.
+"""What happens around each upstream attempt: leases, health, statistics, SLO accounting.
 
-Only the lease acquire is awaited on the request path; releases and statistics updates go to
+Nothing here awaits on the request path: lease changes, breaker updates and statistics go to
 background tasks so a slow store never delays a response.
 """
 
@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.background import Background
+from gateway.health import HealthChecker
+from gateway.leases import LeaseBook
 from gateway.proxy import AttemptFailed, Opened
-from gateway.registry import Registry
+from gateway.registry import QUOTA_COOLDOWN_S, Registry
 from gateway.sse import StreamWatch
+from gateway.state import SharedView
 from gateway.stats.base import LatencySample, StatsStore
 from gateway.telemetry import Metrics
-from policies.base import RouteRequest
+from policies.base import RouteRequest, SloTarget
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,49 +36,59 @@ class Finished:
     e2e_s: float
 
 
+def slo_met(slo: SloTarget, result: Finished) -> bool:
+    """Succeeded and met every target of its class. Without a streamed first token, the whole
+    answer's time stands in for TTFT (an upper bound)."""
+    if result.outcome != "ok":
+        return False
+    ttft_s = result.ttft_s if result.ttft_s is not None else result.e2e_s
+    if slo.ttft_s is not None and ttft_s > slo.ttft_s:
+        return False
+    if slo.tpot_s is not None and result.tpot_s is not None and result.tpot_s > slo.tpot_s:
+        return False
+    return slo.deadline_s is None or result.e2e_s <= slo.deadline_s
+
+
 class Finisher:
     def __init__(
         self,
+        leases: LeaseBook,
         registry: Registry,
-        store: StatsStore,
+        health: HealthChecker,
+        view: SharedView,
         metrics: Metrics,
         background: Background,
-        lease_ttl_s: float,
     ) -> None:
-        self.lease_ttl_s = lease_ttl_s  # outlives any sane request; a dead replica's leases expire
+        self.leases = leases
         self.registry = registry
-        self.store = store
+        self.health = health
+        self.view = view
         self.metrics = metrics
         self.background = background
+        self.store: StatsStore = view.store
+        self.on_finished: Callable[[RouteRequest], None] = lambda request: None
 
-    async def start(self, endpoint_id: str, request_id: str) -> None:
-        await self.store.acquire(endpoint_id, request_id, ttl_s=self.lease_ttl_s, now=time.time())
-        self.metrics.in_flight.labels(endpoint_id).inc()
+    def start(self, endpoint_id: str, request_id: str) -> None:
+        self.leases.take(endpoint_id, request_id)
 
     def abandoned(self, endpoint_id: str, request_id: str) -> None:
-        self._release(endpoint_id, request_id)
+        self.leases.drop(endpoint_id, request_id)
 
     def failed_attempt(
-        self, endpoint_id: str, request_id: str, request: RouteRequest, failure: AttemptFailed
+        self, endpoint_id: str, request: RouteRequest, failure: AttemptFailed
     ) -> None:
-        self._release(endpoint_id, request_id)
-        self.registry.record_failure(
-            endpoint_id,
-            time.time(),
-            retry_after_s=failure.retry_after_s,
-            quota_exhausted=failure.quota_exhausted,
-        )
+        self.leases.drop(endpoint_id, request.request_id)
+        now = time.time()
+        if failure.quota_exhausted:
+            self._cool_down(endpoint_id, now + QUOTA_COOLDOWN_S, "insufficient_quota")
+        elif failure.retry_after_s:
+            self._cool_down(endpoint_id, now + failure.retry_after_s, "retry_after")
+        if failure.status != 429:  # rate limits cool an endpoint down; they do not break it
+            self._record_health(endpoint_id, ok=False)
         result = "rate_limited" if failure.status == 429 else "failed"
         self.metrics.upstream_attempts.labels(endpoint_id, result).inc()
         sample = LatencySample(
-            at_s=time.time(),
-            ok=False,
-            status=failure.status,
-            prompt_tokens=request.prompt_tokens,
-            output_tokens=0,
-            ttft_s=None,
-            tpot_s=None,
-            e2e_s=0.0,
+            now, False, failure.status, request.prompt_tokens, 0, None, None, 0.0
         )
         self.background.spawn(self.store.observe(endpoint_id, sample))
 
@@ -82,18 +96,19 @@ class Finisher:
         """Account for a request that got an upstream response (closing it in the background)."""
         endpoint_id = opened.endpoint.id
         self.background.spawn(opened.response.aclose())
-        self._release(endpoint_id, request.request_id)
-        if result.outcome == "upstream_error":
-            self.registry.record_failure(endpoint_id, time.time())
-        elif result.outcome in ("ok", "client_error"):
-            self.registry.record_success(endpoint_id)
+        self.leases.drop(endpoint_id, request.request_id)
+        self.on_finished(request)
+        if result.outcome != "cancelled":
+            self._record_health(endpoint_id, ok=result.outcome != "upstream_error")
         self.metrics.upstream_attempts.labels(endpoint_id, result.outcome).inc()
         self.metrics.requests.labels(
             request.model, endpoint_id, request.tenant, request.slo.name, result.outcome
         ).inc()
-        self._observe_latency(endpoint_id, request.model, result)
+        self._observe_latency(endpoint_id, request, result)
         if result.outcome == "cancelled":
-            return  # a client leaving says nothing about the endpoint's speed
+            return  # a client leaving says nothing about the endpoint or the SLO
+        verdict = "met" if slo_met(request.slo, result) else "missed"
+        self.metrics.slo.labels(request.slo.name, request.tenant, endpoint_id, verdict).inc()
         sample = LatencySample(
             at_s=time.time(),
             ok=result.outcome != "upstream_error",
@@ -106,15 +121,21 @@ class Finisher:
         )
         self.background.spawn(self.store.observe(endpoint_id, sample))
 
-    def _observe_latency(self, endpoint_id: str, model: str, result: Finished) -> None:
+    def _observe_latency(self, endpoint_id: str, request: RouteRequest, result: Finished) -> None:
         if result.ttft_s is not None:
-            self.metrics.ttft.labels(endpoint_id, model).observe(result.ttft_s)
+            self.metrics.ttft.labels(endpoint_id, request.model).observe(result.ttft_s)
         if result.tpot_s is not None:
-            self.metrics.tpot.labels(endpoint_id, model).observe(result.tpot_s)
+            self.metrics.tpot.labels(endpoint_id, request.model).observe(result.tpot_s)
 
-    def _release(self, endpoint_id: str, request_id: str) -> None:
-        self.metrics.in_flight.labels(endpoint_id).dec()
-        self.background.spawn(self.store.release(endpoint_id, request_id, now=time.time()))
+    def _record_health(self, endpoint_id: str, *, ok: bool) -> None:
+        if ok and not self.view.stats(endpoint_id).breaker.failures:
+            return  # the common case: nothing to reset, so no write to the shared store
+        self.background.spawn(self.health.record(endpoint_id, ok=ok, now=time.time()))
+
+    def _cool_down(self, endpoint_id: str, until_s: float, reason: str) -> None:
+        self.registry.cool_down(endpoint_id, until_s, reason)
+        now = time.time()
+        self.background.spawn(self.store.cool_down(endpoint_id, until_s=until_s, now=now))
 
 
 def stream_result(opened: Opened, watch: StreamWatch, outcome: str, prompt: int) -> Finished:

@@ -1,7 +1,8 @@
-"""Configured endpoints with their latest health and scraped engine state.
+"""Configured endpoints and what this replica knows about them right now.
 
-Readers get immutable `EndpointState` values; every update replaces the state (copy-on-write),
-so a snapshot taken for one request never changes under it.
+Shared health (the circuit breaker, Retry-After cool-downs) lives in the stats store and reaches
+the request path through `SharedView`; this registry keeps only what must act instantly on this
+replica: a Retry-After cool-down seen a moment ago, or a provider out of quota.
 """
 
 from __future__ import annotations
@@ -10,21 +11,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gateway.settings import EndpointConfig
-from policies.base import EngineSignals
 
-FAILURE_THRESHOLD = 3  # consecutive failures before an endpoint is taken out of rotation
-FAILURE_COOLDOWN_S = 5.0
+
+QUOTA_COOLDOWN_S = 300.0  # out of quota is not a blip: keep away until a person looks
 
 
 @dataclass(frozen=True, slots=True)
 class EndpointState:
     cooldown_until_s: float = 0.0
-    consecutive_failures: int = 0
-    quota_exhausted: bool = False
-    engine: EngineSignals | None = None
+    cooldown_reason: str = ""
 
     def available(self, now: float) -> bool:
-        return not self.quota_exhausted and now >= self.cooldown_until_s
+        return now >= self.cooldown_until_s
 
 
 class Registry:
@@ -48,32 +46,9 @@ class Registry:
     def available(self, endpoint_id: str, now: float) -> bool:
         return self._state[endpoint_id].available(now)
 
-    def record_success(self, endpoint_id: str) -> None:
+    def cool_down(self, endpoint_id: str, until_s: float, reason: str) -> None:
         state = self._state[endpoint_id]
-        if state.consecutive_failures or state.cooldown_until_s:
-            self._state[endpoint_id] = replace(state, consecutive_failures=0, cooldown_until_s=0.0)
-
-    def record_failure(
-        self,
-        endpoint_id: str,
-        now: float,
-        *,
-        retry_after_s: float | None = None,
-        quota_exhausted: bool = False,
-    ) -> None:
-        state = self._state[endpoint_id]
-        failures = state.consecutive_failures + 1
-        until = state.cooldown_until_s
-        if failures >= FAILURE_THRESHOLD:
-            until = max(until, now + FAILURE_COOLDOWN_S)
-        if retry_after_s:
-            until = max(until, now + retry_after_s)
-        self._state[endpoint_id] = replace(
-            state,
-            consecutive_failures=failures,
-            cooldown_until_s=until,
-            quota_exhausted=state.quota_exhausted or quota_exhausted,
-        )
-
-    def set_engine(self, endpoint_id: str, signals: EngineSignals | None) -> None:
-        self._state[endpoint_id] = replace(self._state[endpoint_id], engine=signals)
+        if until_s > state.cooldown_until_s:
+            self._state[endpoint_id] = replace(
+                state, cooldown_until_s=until_s, cooldown_reason=reason
+            )

@@ -1,8 +1,10 @@
-"""The one orchestrator: candidates -> policy.rank -> forward with failover -> observe.
+"""The one orchestrator: candidates -> admission -> policy.rank -> forward with failover.
 
 Policies stay pure because this module enforces the invariants around them: it drops endpoints
-that are cooling down or out of quota before `rank`, keeps only real candidates from what the
-policy returns, turns an empty ranking into one 503, and times the decision.
+that are cooling down or whose shared breaker is open before `rank`, keeps only real candidates
+from what the policy returns, turns an empty ranking into one 503, and times the decision.
+Snapshots come from local state (the shared view refreshed in the background and the latest
+scrapes), so deciding costs no round trip.
 """
 
 from __future__ import annotations
@@ -10,30 +12,27 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
-from gateway.background import Background
-from gateway.errors import (
-    GatewayError,
-    NoEndpointAvailable,
-    Rejected,
-    UpstreamError,
-    UpstreamTimeout,
-)
+from gateway.admission import Admission
+from gateway.errors import GatewayError, NoEndpointAvailable, Rejected, UpstreamError
+from gateway.errors import UpstreamTimeout
 from gateway.outcome import Finisher
 from gateway.proxy import AttemptFailed, Opened, Upstream, UpstreamCall
 from gateway.registry import Registry
-from gateway.settings import EndpointConfig, GatewayConfig
-from gateway.stats.base import EndpointStats, StatsStore
+from gateway.scraper import Scraper
+from gateway.settings import EndpointConfig, ServerConfig
+from gateway.state import SharedView
 from gateway.telemetry import Metrics
 from policies.base import EndpointSnapshot, Ranking, RouteRequest, RoutingPolicy
-from policies.registry import build as build_policy
 
 RETRY_BACKOFF_S = 0.1  # wait before retrying the same endpoint when it gave no Retry-After
+DECISION_LOG_SIZE = 1000
 
 
 class ClientGone(Exception):
@@ -50,55 +49,87 @@ class Routed:
 class Router:
     def __init__(
         self,
-        config: GatewayConfig,
+        server: ServerConfig,
         registry: Registry,
-        store: StatsStore,
+        view: SharedView,
+        scraper: Scraper,
+        admission: Admission,
+        policy: RoutingPolicy,
         upstream: Upstream,
+        finisher: Finisher,
         metrics: Metrics,
-        background: Background,
     ) -> None:
-        self.config = config
+        self.server = server
         self.registry = registry
-        self.store = store
+        self.view = view
+        self.scraper = scraper
+        self.admission = admission
+        self.policy = policy
         self.upstream = upstream
+        self.finisher = finisher
         self.metrics = metrics
-        self.finisher = Finisher(registry, store, metrics, background, config.server.lease_ttl_s)
-        self.policy: RoutingPolicy = build_policy(config.policy)
         self.rng = random.Random()
+        self.decisions: deque[dict[str, Any]] = deque(maxlen=DECISION_LOG_SIZE)
 
-    async def rank(self, request: RouteRequest) -> Ranking:
-        started = time.perf_counter()
+    def snapshots(self, model: str) -> list[EndpointSnapshot]:
+        """One immutable snapshot per endpoint of `model` that is in rotation now."""
         now = time.time()
-        candidates = [
-            e for e in self.registry.serving(request.model) if self.registry.available(e.id, now)
-        ]
+        snapshots = []
+        for endpoint in self.registry.serving(model):
+            stats = self.view.stats(endpoint.id)
+            if self.registry.available(endpoint.id, now) and stats.available(now):
+                snapshots.append(
+                    EndpointSnapshot(
+                        endpoint_id=endpoint.id,
+                        kind=endpoint.kind,
+                        in_flight=stats.in_flight,
+                        max_concurrency=endpoint.max_concurrency,
+                        input_price_per_1m=endpoint.price.input_per_1m,
+                        output_price_per_1m=endpoint.price.output_per_1m,
+                        engine=self.scraper.signals(endpoint.id),
+                        latency=stats.latency,
+                    )
+                )
+        return snapshots
+
+    async def decide(self, request: RouteRequest) -> Ranking:
+        """Admit (maybe after queueing) and rank; the decision time excludes queueing."""
+        started = time.perf_counter()
+        candidates = self.snapshots(request.model)
         if not candidates:
             raise NoEndpointAvailable(
                 f"No endpoint serving {request.model!r} is available right now; retry shortly.",
                 code="no_endpoint_available",
                 headers={"retry-after": "1"},
             )
-        stats = await self.store.read([e.id for e in candidates], now=now)
-        snapshots = [self._snapshot(e, stats.get(e.id, EndpointStats())) for e in candidates]
-        ranking = self.policy.rank(request, snapshots, self.rng)
-        ranking = _only_candidates(ranking, {e.id for e in candidates})
-        self.metrics.decision.observe(time.perf_counter() - started)
+        admitted_at = time.perf_counter()
+        eligible = await self.admission.admit(request, lambda: self.snapshots(request.model))
+        waited_s = time.perf_counter() - admitted_at
+        ranking = self.policy.rank(request, eligible, self.rng)
+        ranking = _only_candidates(ranking, {c.endpoint_id for c in eligible})
+        self.metrics.decision.observe(max(0.0, time.perf_counter() - started - waited_s))
         if not ranking.endpoints:
             raise NoEndpointAvailable(
                 "The routing policy found no endpoint for this request.", code="no_endpoint"
             )
+        self._log(request, ranking, waited_s)
         return ranking
 
-    def _snapshot(self, endpoint: EndpointConfig, stats: EndpointStats) -> EndpointSnapshot:
-        return EndpointSnapshot(
-            endpoint_id=endpoint.id,
-            kind=endpoint.kind,
-            in_flight=stats.in_flight,
-            max_concurrency=endpoint.max_concurrency,
-            input_price_per_1m=endpoint.price.input_per_1m,
-            output_price_per_1m=endpoint.price.output_per_1m,
-            engine=self.registry.state(endpoint.id).engine,
-            latency=stats.latency,
+    def _log(self, request: RouteRequest, ranking: Ranking, waited_s: float) -> None:
+        self.decisions.append(
+            {
+                "at_s": time.time(),
+                "request_id": request.request_id,
+                "tenant": request.tenant,
+                "slo_class": request.slo.name,
+                "model": request.model,
+                "prompt_tokens": request.prompt_tokens,
+                "ranking": [s.endpoint_id for s in ranking.endpoints],
+                "predicted_ttft_s": ranking.predicted_ttft_s,
+                "at_risk": ranking.at_risk,
+                "reason": ranking.reason,
+                "queued_s": round(waited_s, 4),
+            }
         )
 
     async def open(
@@ -141,13 +172,13 @@ class Router:
         raise AssertionError("unreachable: tenacity either returns or re-raises")
 
     def _stop(self, state: RetryCallState) -> bool:
-        if state.attempt_number >= self.config.server.max_attempts:
+        if state.attempt_number >= self.server.max_attempts:
             return True
         failure = state.outcome.exception() if state.outcome else None
         return isinstance(failure, AttemptFailed) and failure.quota_exhausted
 
     def _wait(self, order: Sequence[EndpointConfig]) -> Callable[[RetryCallState], float]:
-        limit_s = self.config.server.max_retry_after_s
+        limit_s = self.server.max_retry_after_s
 
         def wait(state: RetryCallState) -> float:
             if len(order) > 1:
@@ -161,11 +192,11 @@ class Router:
     async def _attempt(
         self, endpoint: EndpointConfig, call: UpstreamCall, request: RouteRequest
     ) -> Opened:
-        await self.finisher.start(endpoint.id, call.request_id)
+        self.finisher.start(endpoint.id, call.request_id)
         try:
             return await self.upstream.open(endpoint, call)
         except AttemptFailed as failure:
-            self.finisher.failed_attempt(endpoint.id, call.request_id, request, failure)
+            self.finisher.failed_attempt(endpoint.id, request, failure)
             raise
         except BaseException:
             self.finisher.abandoned(endpoint.id, call.request_id)
@@ -179,7 +210,7 @@ def _only_candidates(ranking: Ranking, allowed: set[str]) -> Ranking:
         if snapshot.endpoint_id in allowed and snapshot.endpoint_id not in seen:
             seen.add(snapshot.endpoint_id)
             kept.append(snapshot)
-    return Ranking(tuple(kept), ranking.predicted_ttft_s, ranking.at_risk, ranking.reason)
+    return replace(ranking, endpoints=tuple(kept))
 
 
 def _final_error(last: AttemptFailed) -> GatewayError:

@@ -2,17 +2,50 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
+from redis.asyncio import Redis
+
+from gateway.admission import Admission
 from gateway.auth import KeyRing
 from gateway.background import Background
+from gateway.health import HealthChecker
+from gateway.leases import LeaseBook
+from gateway.outcome import Finisher
 from gateway.proxy import Upstream
 from gateway.registry import Registry
 from gateway.router import Router
-from gateway.settings import GatewayConfig
+from gateway.scraper import Scraper
+from gateway.settings import GatewayConfig, Settings
+from gateway.state import ResilientStore, SharedView
 from gateway.stats.base import StatsStore
+from gateway.stats.breaker import BreakerPolicy
+from gateway.stats.memory import MemoryStatsStore
+from gateway.stats.redis import RedisStatsStore
 from gateway.telemetry import Metrics
+from policies.registry import build as build_policy
+
+
+def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, str]:
+    """Redis (degrading to memory while it is down) when a URL is set, else memory."""
+    state = config.state
+    memory = MemoryStatsStore(window_s=state.window_s, bucket_s=state.bucket_s)
+    if not settings.redis_url:
+        return memory, "memory"
+    client = Redis.from_url(
+        settings.redis_url,
+        socket_timeout=state.redis_timeout_s,
+        socket_connect_timeout=state.redis_timeout_s,
+    )
+    prefix = {"prefix": settings.redis_prefix} if settings.redis_prefix else {}
+    redis = RedisStatsStore(
+        client, window_s=state.window_s, bucket_s=state.bucket_s, owns_client=True, **prefix
+    )
+    return ResilientStore(redis, memory, client.ping, timeout_s=state.redis_timeout_s), "redis"
 
 
 @dataclass
@@ -22,36 +55,91 @@ class Runtime:
     keyring: KeyRing
     store: StatsStore
     store_kind: str
+    view: SharedView
+    scraper: Scraper
+    health: HealthChecker
+    admission: Admission
     upstream: Upstream
     router: Router
     metrics: Metrics
     background: Background
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
 
     @classmethod
     def build(
-        cls, config: GatewayConfig, store: StatsStore, store_kind: str, metrics: Metrics
+        cls, config: GatewayConfig, settings: Settings, store: StatsStore | None = None
     ) -> Runtime:
+        store, kind = (store, "custom") if store else open_store(config, settings)
+        metrics, background = Metrics(), Background()
         registry = Registry(config.endpoints)
-        background = Background()
         upstream = Upstream(config.server)
-        router = Router(config, registry, store, upstream, metrics, background)
-        return cls(
-            config=config,
-            registry=registry,
-            keyring=KeyRing(config),
-            store=store,
-            store_kind=store_kind,
-            upstream=upstream,
-            router=router,
-            metrics=metrics,
-            background=background,
+        state = config.state
+        view = SharedView(store, [e.id for e in config.endpoints], state.refresh_s)
+        scraper = Scraper(
+            config.endpoints,
+            upstream.client,
+            interval_s=state.scrape_interval_s,
+            stale_after_s=state.scrape_stale_after_s,
         )
+        breaker = BreakerPolicy(state.breaker_failures, state.breaker_cooldown_s)
+        health = HealthChecker(
+            config.endpoints,
+            store,
+            upstream.client,
+            policy=breaker,
+            interval_s=state.health_interval_s,
+        )
+        leases = LeaseBook(store, view, metrics, background, config.server.lease_ttl_s)
+        finisher = Finisher(leases, registry, health, view, metrics, background)
+        limits = {name: tenant.limits for name, tenant in config.tenants.items()}
+        admission = Admission(
+            config.admission, limits, store, metrics, background, config.server.lease_ttl_s
+        )
+        finisher.on_finished = admission.finished
+        policy = build_policy(config.policy)
+        router = Router(
+            config.server, registry, view, scraper, admission, policy, upstream, finisher, metrics
+        )
+        return cls(
+            config,
+            registry,
+            KeyRing(config),
+            store,
+            kind,
+            view,
+            scraper,
+            health,
+            admission,
+            upstream,
+            router,
+            metrics,
+            background,
+        )
+
+    def start(self) -> None:
+        """Start every background task; `close` stops them."""
+        jobs: list[Coroutine[Any, Any, None]] = [
+            self.view.run(),
+            self.scraper.run(),
+            self.health.run(),
+            self.admission.run(),
+        ]
+        if isinstance(self.store, ResilientStore):
+            jobs.append(self.store.watch())
+        self.tasks = [asyncio.create_task(job) for job in jobs]
 
     def next_seq(self) -> int:
         return next(self._seq)
 
+    @property
+    def shared_state_up(self) -> bool:
+        return not isinstance(self.store, ResilientStore) or self.store.up
+
     async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.background.drain()
         await self.upstream.aclose()
         await self.store.close()

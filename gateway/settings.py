@@ -18,6 +18,7 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from policies.admission import AdmissionParams
 from policies.base import SloTarget
 from policies.registry import PolicyParams
 
@@ -128,12 +129,28 @@ class ServerConfig(_Strict):
     admin_key_env: str | None = None
 
 
+class StateConfig(_Strict):
+    """Shared state, engine scraping and health: how fresh each signal is kept."""
+
+    window_s: float = Field(60.0, gt=0, description="rolling estimate window")
+    bucket_s: float = Field(5.0, gt=0)
+    refresh_s: float = Field(0.1, gt=0, description="local copy of shared stats refreshed every")
+    redis_timeout_s: float = Field(0.25, gt=0, description="a slower Redis counts as down")
+    scrape_interval_s: float = Field(0.25, gt=0)
+    scrape_stale_after_s: float = Field(2.0, gt=0)
+    health_interval_s: float = Field(5.0, gt=0)
+    breaker_failures: int = Field(5, ge=1, description="consecutive failures that open it")
+    breaker_cooldown_s: float = Field(10.0, gt=0)
+
+
 class GatewayConfig(_Strict):
     endpoints: list[EndpointConfig] = Field(min_length=1)
     tenants: dict[str, TenantConfig] = Field(min_length=1)
     classes: dict[str, SloClassConfig] = Field(min_length=1)
     policy: PolicyParams = Field(default_factory=lambda: _default_policy())
     server: ServerConfig = ServerConfig()
+    state: StateConfig = StateConfig()
+    admission: AdmissionParams = AdmissionParams()
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
@@ -198,4 +215,5 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         None, validation_alias=AliasChoices("GATEWAY_REDIS_URL", "REDIS_URL")
     )
+    redis_prefix: str | None = None  # namespaces keys when deployments share one Redis
     log_level: str = "info"

@@ -60,6 +60,50 @@ class Metrics:
             buckets=DECISION_BUCKETS_S,
             registry=r,
         )
+        self.slo = Counter(
+            "slo_gateway_slo",
+            "Finished requests judged against their class's targets (result: met or missed).",
+            ["slo_class", "tenant", "endpoint", "result"],
+            registry=r,
+        )
+        self.shed = Counter(
+            "slo_gateway_shed",
+            "Requests refused by admission, by reason (also x-slo-gateway-reason).",
+            ["slo_class", "tenant", "reason"],
+            registry=r,
+        )
+        self.queued = Counter(
+            "slo_gateway_queued",
+            "Requests that waited in the deadline queue.",
+            ["slo_class"],
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "slo_gateway_queue_depth", "Requests waiting in the deadline queue now.", registry=r
+        )
+        self.redis_up = Gauge(
+            "slo_gateway_redis_up",
+            "1 when shared state is served by Redis, 0 when this replica fell back to memory.",
+            registry=r,
+        )
+        self.engine_kv_usage = Gauge(
+            "slo_gateway_engine_kv_usage",
+            "Scraped KV-cache usage (0..1) of each engine; absent when stale.",
+            ["endpoint"],
+            registry=r,
+        )
+        self.engine_waiting = Gauge(
+            "slo_gateway_engine_waiting",
+            "Scraped waiting-queue length of each engine; absent when stale.",
+            ["endpoint"],
+            registry=r,
+        )
+        self.breaker_open = Gauge(
+            "slo_gateway_breaker_open",
+            "1 while the endpoint's shared circuit breaker is open or half-open.",
+            ["endpoint"],
+            registry=r,
+        )
         self.endpoint_healthy = Gauge(
             "slo_gateway_endpoint_healthy",
             "1 when the endpoint is in rotation, 0 when unhealthy or cooling down.",

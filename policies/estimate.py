@@ -39,8 +39,19 @@ Load: instantaneous gateway counts fused with lagging engine gauges
                   since leases beyond a concurrency limit wait whatever the gauges say.
     running     = trust·R + (1 − trust)·min(I, slots)
 
-Priors per endpoint kind (`priors.vllm`, `priors.openai`), optionally per endpoint id
-(`endpoint_priors`, a complete prior that replaces the kind's).
+A missing observation (no fit, no mean, no p95) counts as the prior's value.
+
+Parameters (`EstimateParams`, defaults)
+    min_samples 20 · gauge_half_life_s 2.0 · default_output_tokens 256 · mean_prompt_tokens 1000
+    throttle_penalty_s 1.0 · error_penalty_s 0.5
+    priors.vllm    ttft_base_s 0.05, ttft_per_token_s 1e-4, tpot_s 0.02, ttft_spread 1.5,
+                   tpot_spread 1.3, batch_slots 128, tpot_double_running 128
+    priors.openai  ttft_base_s 0.5, ttft_per_token_s 2e-5, tpot_s 0.015, ttft_spread 2.5,
+                   tpot_spread 1.5, batch_slots None, tpot_double_running None
+    endpoint_priors  {endpoint_id: prior}, replacing the kind's prior for that endpoint
+
+Use: build `Estimator(params)` once (it copies the validated params into plain attributes),
+then `estimator.predict(request, snapshot) -> Prediction` per candidate.
 """
 
 from __future__ import annotations
@@ -151,17 +162,17 @@ class Estimator:
         }
         self._endpoint_priors = {k: _Prior.of(v) for k, v in params.endpoint_priors.items()}
 
-    def prior(self, snapshot: EndpointSnapshot) -> _Prior:
+    def _prior(self, snapshot: EndpointSnapshot) -> _Prior:
         own = self._endpoint_priors.get(snapshot.endpoint_id) if self._endpoint_priors else None
         return own or self._kind_priors[snapshot.kind]
 
     def load(self, snapshot: EndpointSnapshot) -> FusedLoad:
         """Requests queued and running now, trusting the engine gauges less the older they are."""
-        return FusedLoad(*_load(snapshot, self.prior(snapshot), self._half_life_s))
+        return FusedLoad(*_load(snapshot, self._prior(snapshot), self._half_life_s))
 
     def predict(self, request: RouteRequest, snapshot: EndpointSnapshot) -> Prediction:
         """The model above, step by step."""
-        prior = self.prior(snapshot)
+        prior = self._prior(snapshot)
         stats = snapshot.latency
         warmth = stats.samples / self._min_samples
         if warmth > 1.0:
@@ -174,7 +185,7 @@ class Estimator:
         tpot_s = _tpot_mean(snapshot, prior, warmth, running)
         tpot_spread = _spread(stats.tpot_p95_s, stats.tpot_mean_s, prior.tpot_spread, warmth)
         penalty_mean_s = penalty_p95_s = 0.0
-        if stats.errors:
+        if stats.errors and stats.samples:
             penalty_mean_s, penalty_p95_s = self._failure_penalties(stats, warmth)
         return Prediction(  # positional: cheaper than keywords on this path
             ahead_s + penalty_mean_s,

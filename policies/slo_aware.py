@@ -11,7 +11,9 @@ Method
    headroom, then the lowest predicted p95 TTFT, then a random tie-break. The rest follow, best
    predicted first (most headroom, i.e. least negative). All candidates are returned: the
    ranking is the failover order.
-4. `at_risk` when the first endpoint is not predicted to meet the SLO.
+4. The ranking reports the first endpoint's predicted mean and p95 TTFT (`predicted_ttft_s`,
+   `predicted_ttft_p95_s`), `at_risk` when it is not predicted to meet the SLO, and a reason:
+   `slo_met`, `slo_at_risk` (no candidate meets it) or `explore`.
 5. Exploration: with probability `explore_fraction`, a cold endpoint (fewer observations than
    the estimate's `min_samples`), drawn uniformly, goes first, so endpoints whose priors look
    slow still get measured. Randomness comes only from the injected rng.

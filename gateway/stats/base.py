@@ -27,7 +27,7 @@ from policies.base import LatencyEstimate
 class LatencySample:
     """One finished request on one endpoint."""
 
-    at_s: float
+    at_s: float  # when the request finished (unix s); picks its time bucket
     ok: bool
     status: int  # HTTP status, 0 for a connection error or timeout
     prompt_tokens: int

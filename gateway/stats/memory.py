@@ -133,12 +133,17 @@ class MemoryStatsStore:
         cached = self._estimates.get(endpoint_id)
         if cached is not None and cached[0] == newest:
             return cached[1]
-        buckets = [
-            ((newest - index) * self.bucket_s, fields)
-            for index, fields in self._buckets.get(endpoint_id, {}).items()
-            if newest - self._bucket_count < index <= newest
-        ]
-        estimate = window.estimate(*window.merge(buckets, self.half_life_s))
+        weights = {
+            index: window.weight((newest - index) * self.bucket_s, self.half_life_s)
+            for index in range(newest - self._bucket_count + 1, newest + 1)
+        }
+        fields = (
+            (weights[index], name, value)
+            for index, bucket in self._buckets.get(endpoint_id, {}).items()
+            if index in weights
+            for name, value in bucket.items()
+        )
+        estimate = window.estimate(*window.merge(fields))
         self._estimates[endpoint_id] = (newest, estimate)
         return estimate
 

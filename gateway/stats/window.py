@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gateway.stats.base import LatencySample
 from policies.base import LatencyEstimate
@@ -40,7 +41,8 @@ HISTOGRAM_RATIO = 2.0**0.25
 MIN_FIT_SAMPLES = 3.0
 MIN_PROMPT_SPREAD_TOKENS = 8.0
 MIN_IN_FLIGHT_SPREAD = 1.0
-COUNT_FIELDS = ("n", "err", "thr")  # reported as plain counts, not weighted
+
+_Name = TypeVar("_Name", str, bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,17 +134,19 @@ def weight(age_s: float, half_life_s: float) -> float:
 
 
 def merge(
-    buckets: Iterable[tuple[float, Mapping[str, float]]], half_life_s: float
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Sum (age_s, fields) buckets: (plain sums of the count fields, recency-weighted sums)."""
-    sums = dict.fromkeys(COUNT_FIELDS, 0.0)
-    weighted: dict[str, float] = {}
-    for age_s, fields in buckets:
-        w = weight(age_s, half_life_s)
-        for name, value in fields.items():
-            weighted[name] = weighted.get(name, 0.0) + w * value
-        for name in COUNT_FIELDS:
-            sums[name] += fields.get(name, 0.0)
+    fields: Iterable[tuple[float, _Name, float | bytes | str]],
+) -> tuple[dict[_Name, float], dict[_Name, float]]:
+    """Sum (bucket weight, name, value) fields: (plain sums, weighted sums) per name.
+
+    Values may be Redis replies (bytes); names are left as they come, so that a caller decodes
+    the few merged names instead of every field of every bucket.
+    """
+    sums: dict[_Name, float] = {}
+    weighted: dict[_Name, float] = {}
+    for w, name, value in fields:
+        number = float(value)
+        sums[name] = sums.get(name, 0.0) + number
+        weighted[name] = weighted.get(name, 0.0) + w * number
     return sums, weighted
 
 

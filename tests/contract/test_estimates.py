@@ -110,6 +110,15 @@ async def test_errors_and_throttles_are_counted_but_do_not_skew_latency(
     assert est.error_rate == pytest.approx(5 / 15)
 
 
+async def test_a_read_sees_observations_made_since_the_last_read(store: StatsStore) -> None:
+    await store.observe("a", sample(T0 + 1, ttft_s=0.1))
+    assert (await latency(store, T0 + 1.5)).ttft_mean_s == pytest.approx(0.1)
+    await store.observe("a", sample(T0 + 2, ttft_s=0.3))
+    after = await latency(store, T0 + 2.5)
+    assert after.samples == 2
+    assert after.ttft_mean_s == pytest.approx(0.2)
+
+
 async def test_estimates_decay_after_the_window(stores: StoreClients) -> None:
     (store,) = stores.open(window_s=60, bucket_s=5)
     await store.observe("a", sample(T0 + 1))

@@ -115,6 +115,15 @@ async def test_an_endpoints_keys_share_one_cluster_slot(
     assert len({key_slot(key) for key in found}) == 1
 
 
+async def test_a_bucket_lives_one_window_after_its_last_write(
+    redis_client: Redis, key_prefix: str
+) -> None:
+    store = RedisStatsStore(redis_client, prefix=key_prefix, window_s=60, bucket_s=5)
+    await store.observe("a", sample(NOW))
+    ttl_ms = await redis_client.pttl(store.keys.latency("a", 200_000))
+    assert 60_000 < ttl_ms <= 65_000
+
+
 def test_lua_scripts_are_package_files_with_a_header() -> None:
     scripts = [
         entry

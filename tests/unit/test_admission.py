@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -18,6 +19,7 @@ from policies.admission import (
     Saturation,
     decide,
     next_saturation,
+    next_saturations,
     pressure,
     saturation_for,
     with_headroom,
@@ -107,6 +109,27 @@ def test_hysteresis_stops_flapping_around_the_threshold() -> None:
     noisy_kv = [0.8 + 0.02 * (-1) ** i for i in range(40)]  # 0.82, 0.78, 0.82, ...
     assert count_changes(PARAMS, noisy_kv) == 1
     assert count_changes(PARAMS.model_copy(update={"hysteresis_band": 0.0}), noisy_kv) == 40
+
+
+def test_pool_states_carry_over_by_endpoint_id() -> None:
+    hot = replace(replica(kv=0.85, waiting=0), endpoint_id="hot")  # pressure 1.06
+    cooling = replace(replica(kv=0.75, waiting=0), endpoint_id="cooling")  # 0.94: within band
+    fresh = replace(replica(kv=0.75, waiting=0), endpoint_id="fresh")  # never seen: from OPEN
+    states = next_saturations({"cooling": FULL, "gone": FULL}, [hot, cooling, fresh], PARAMS)
+    assert states == {"hot": FULL, "cooling": FULL, "fresh": RESERVED}
+
+
+def test_reason_strings_are_the_documented_header_values() -> None:
+    assert {r.value for r in Reason} == {
+        "tenant_rate_limited",
+        "tenant_token_limited",
+        "tenant_concurrency_limited",
+        "saturated",
+        "reserved_for_higher_priority",
+        "deadline_unreachable",
+        "queue_full",
+    }
+    assert f"{Reason.QUEUE_FULL}" == "queue_full"
 
 
 @pytest.mark.parametrize(

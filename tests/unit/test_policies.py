@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import TypeAdapter
 
+import policies
 from policies.base import (
     EndpointSnapshot,
     EngineSignals,
@@ -149,3 +152,14 @@ def test_params_parse_from_config_by_name(name: str) -> None:
     params: Any = TypeAdapter(PolicyParams).validate_python({"name": name})
     assert isinstance(params, POLICIES[name][0])
     assert build(params).name == name
+
+
+PRESETS = Path(policies.__file__).parent / "presets"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_policy_has_a_runnable_preset(name: str) -> None:
+    data = yaml.safe_load((PRESETS / f"{name}.yaml").read_text())
+    params: Any = TypeAdapter(PolicyParams).validate_python(data)
+    ranking = build(params).rank(requests(0)[0], fleet(5, seed=0), random.Random(0))
+    assert len(ranking.endpoints) == 5

@@ -1,6 +1,6 @@
 -- Add one finished request's sums to a latency time bucket (see stats/window.py).
 -- KEYS[1]  latency bucket hash: field -> sum
--- ARGV[1]  key TTL in ms (the bucket's life: window plus one bucket)
+-- ARGV[1]  key TTL in ms (the window plus one bucket)
 -- ARGV[2..] field, increment, field, increment, ...
 -- returns  the number of fields updated
 for i = 2, #ARGV, 2 do

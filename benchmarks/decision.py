@@ -1,0 +1,145 @@
+"""Cost of one routing decision over 20 endpoints: admission + policy, µs at p50 and p99.
+
+Run: .venv/bin/python -m benchmarks.decision
+
+A decision here is what the gateway does per request once snapshots are built: update each
+endpoint's saturation state (hysteresis), decide admission, keep the endpoints with headroom for
+the class, and rank them with the policy. Every registered policy is timed on the same mixed
+fleet (vLLM replicas with gauges of various ages, hosted providers, cold endpoints) and
+requests; the ratio column compares with round_robin in the same run. Target: p50 < 50 µs.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+from policies.admission import (
+    AdmissionParams,
+    Saturation,
+    decide,
+    next_saturations,
+    with_headroom,
+)
+from policies.base import EndpointSnapshot, EngineSignals, LatencyEstimate, RouteRequest, SloTarget
+from policies.registry import POLICIES, build
+
+ENDPOINTS = 20
+DECISIONS = 3000
+ROUNDS = 5
+RANKED: list[float] = []  # endpoints passed to rank, mean per decision
+TARGET_P50_US = 50.0
+CLASSES = (
+    SloTarget("interactive", ttft_s=0.5, tpot_s=0.05, priority=10),
+    SloTarget("standard", ttft_s=2.0),
+    SloTarget("batch", sheddable=True),
+)
+
+
+def fleet(rng: random.Random) -> list[EndpointSnapshot]:
+    return [_endpoint(f"e{i}", rng) for i in range(ENDPOINTS)]
+
+
+def _endpoint(endpoint_id: str, rng: random.Random) -> EndpointSnapshot:
+    vllm = rng.random() < 0.7
+    samples = rng.choice([0, 200, 400])
+    latency = LatencyEstimate(
+        samples=samples,
+        errors=samples // 50,
+        throttled=samples // 100,
+        ttft_mean_s=0.2 if samples else None,
+        ttft_base_s=rng.uniform(0.02, 0.3) if samples else None,
+        ttft_per_token_s=rng.uniform(2e-5, 2e-4) if samples else None,
+        ttft_p95_s=0.5 if samples else None,
+        tpot_mean_s=0.02 if samples else None,
+        tpot_base_s=0.015 if samples else None,
+        tpot_per_in_flight_s=1e-4 if samples else None,
+        tpot_p95_s=0.03 if samples else None,
+        e2e_mean_s=3.0 if samples else None,
+    )
+    # mostly below the saturation thresholds, so the policy ranks (nearly) all 20
+    engine = EngineSignals(
+        waiting=rng.randint(0, 5),
+        running=rng.randint(0, 64),
+        kv_usage=rng.uniform(0.0, 0.85),
+        age_s=rng.uniform(0, 5),
+    )
+    return EndpointSnapshot(
+        endpoint_id=endpoint_id,
+        kind="vllm" if vllm else "openai",
+        in_flight=rng.randint(0, 40),
+        max_concurrency=None if vllm else 32,
+        input_price_per_1m=0.0 if vllm else 0.5,
+        output_price_per_1m=0.0 if vllm else 1.5,
+        engine=engine if vllm else None,
+        latency=latency,
+    )
+
+
+def requests(rng: random.Random) -> list[RouteRequest]:
+    return [
+        RouteRequest(
+            f"r{i}", "m", "t", rng.choice(CLASSES), prompt_tokens=rng.choice([50, 800, 6000]),
+            max_tokens=rng.choice([None, 128, 1024]), stream=rng.random() < 0.7, seq=i,
+        )
+        for i in range(DECISIONS)
+    ]
+
+
+def time_decisions(
+    name: str | None, endpoints: list[EndpointSnapshot], batch: list[RouteRequest]
+) -> list[float]:
+    """µs per decision: saturation updates, admission, headroom filter and (unless None) rank."""
+    params = AdmissionParams()
+    policy = build(POLICIES[name][0]()) if name else None
+    rng = random.Random(1)
+    states: dict[str, Saturation] = {}
+    costs_us = []
+    ranked = 0
+    for request in batch:
+        started = time.perf_counter_ns()
+        states = next_saturations(states, endpoints, params)
+        decide(request.slo, states.values(), params, now_s=0.0)
+        usable = with_headroom(endpoints, states, request.slo, params)
+        if policy is not None:
+            policy.rank(request, usable or endpoints, rng)
+        costs_us.append((time.perf_counter_ns() - started) / 1000)
+        ranked += len(usable or endpoints)
+    RANKED.append(ranked / len(batch))
+    return costs_us
+
+
+def measure(endpoints: list[EndpointSnapshot], batch: list[RouteRequest]
+            ) -> dict[str, list[float]]:
+    """Rounds interleave the variants, so load from other processes spreads over all of them."""
+    variants: list[str | None] = [None, *sorted(POLICIES)]
+    costs: dict[str, list[float]] = {str(v): [] for v in variants}
+    chunk = len(batch) // ROUNDS
+    for round_ in range(ROUNDS):
+        part = batch[round_ * chunk : (round_ + 1) * chunk]
+        for variant in variants:
+            costs[str(variant)] += time_decisions(variant, endpoints, part)
+    return costs
+
+
+def main() -> None:
+    rng = random.Random(7)
+    endpoints, batch = fleet(rng), requests(rng)
+    print(f"decision = saturation x{ENDPOINTS} + admission + headroom filter + rank")
+    print(f"{DECISIONS} decisions per policy, {ENDPOINTS} endpoints, {ROUNDS} interleaved rounds")
+    print(f"target p50 < {TARGET_P50_US} µs")
+    costs = measure(endpoints, batch)
+    print(f"endpoints with headroom passed to rank: {statistics.mean(RANKED):.1f} on average")
+    print(f"{'policy':<22} {'p50 µs':>8} {'p99 µs':>8} {'p50 / round_robin':>18}")
+    base_p50 = statistics.median(costs["round_robin"])
+    for variant, costs_us in costs.items():
+        p50 = statistics.median(costs_us)
+        p99 = statistics.quantiles(costs_us, n=100)[98]
+        label = "(admission only)" if variant == "None" else variant
+        flag = "" if p50 < TARGET_P50_US else "  over target"
+        print(f"{label:<22} {p50:8.1f} {p99:8.1f} {p50 / base_p50:17.2f}x{flag}")
+
+
+if __name__ == "__main__":
+    main()

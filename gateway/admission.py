@@ -1,0 +1,210 @@
+"""Applies admission before routing: tenant limits, saturation, shedding, the deadline queue.
+
+The decisions are pure (`policies/admission.py`); this module holds what they need across
+requests: each endpoint's previous saturation (for hysteresis), the deadline queue and its
+dispatcher task, and the tenant counters, which live in the stats store so that a limit is exact
+across replicas (atomic check-and-add; N concurrent requests against a limit of k admit k).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gateway.background import Background
+from gateway.errors import Rejected
+from gateway.settings import TenantLimits
+from gateway.stats.base import StatsStore
+from gateway.telemetry import Metrics
+from policies.admission import (
+    AdmissionParams,
+    Admit,
+    DeadlineQueue,
+    Reason,
+    Reject,
+    Saturation,
+    decide,
+    has_headroom,
+    next_saturations,
+    with_headroom,
+)
+from policies.base import EndpointSnapshot, RouteRequest
+
+TENANT_WINDOW_S = 60.0
+DISPATCH_TICK_S = 0.02
+DISPATCH_PER_TICK = 4  # engine gauges lag: pace dispatches so one tick cannot flood an endpoint
+
+Snapshots = Callable[[], Sequence[EndpointSnapshot]]
+_MESSAGES = {
+    Reason.TENANT_RATE_LIMITED: "Your tenant's request rate limit is reached; retry later.",
+    Reason.TENANT_TOKEN_LIMITED: "Your tenant's token rate limit is reached; retry later.",
+    Reason.TENANT_CONCURRENCY_LIMITED: "Too many concurrent requests for your tenant.",
+    Reason.SATURATED: "Every endpoint for this model is saturated; retry later.",
+    Reason.RESERVED_FOR_HIGHER_PRIORITY: "Remaining capacity is reserved for higher priority "
+    "classes; retry later.",
+    Reason.DEADLINE_UNREACHABLE: "The request cannot be served within its SLO deadline.",
+    Reason.QUEUE_FULL: "The admission queue is full; retry later.",
+}
+
+
+def rejection(status: int, reason: Reason, retry_after_s: float) -> Rejected:
+    return Rejected(_MESSAGES[reason], status=status, reason=reason, retry_after_s=retry_after_s)
+
+
+def tenant_scope(tenant: str) -> str:
+    return f"tenant:{tenant}:concurrency"
+
+
+@dataclass(eq=False)
+class _Waiter:
+    route: RouteRequest
+    snapshots: Snapshots
+    done: asyncio.Future[None] = field(default_factory=asyncio.Future)
+
+
+class Admission:
+    def __init__(
+        self,
+        params: AdmissionParams,
+        limits: Mapping[str, TenantLimits],
+        store: StatsStore,
+        metrics: Metrics,
+        background: Background,
+        lease_ttl_s: float,
+    ) -> None:
+        self.params = params
+        self.limits = limits
+        self.store = store
+        self.metrics = metrics
+        self.background = background
+        self.lease_ttl_s = lease_ttl_s
+        self.states: dict[str, Saturation] = {}
+        self._queue: DeadlineQueue[_Waiter] = DeadlineQueue(params.queue_max_size)
+        self._queued: Counter[str] = Counter()  # waiting requests per model
+        self._wake = asyncio.Event()
+
+    def saturation(self, snapshots: Sequence[EndpointSnapshot]) -> dict[str, Saturation]:
+        states = next_saturations(self.states, snapshots, self.params)
+        self.states.update(states)
+        return states
+
+    async def admit(self, route: RouteRequest, snapshots: Snapshots) -> list[EndpointSnapshot]:
+        """The candidates this request may use now; waits in the deadline queue if it must."""
+        current = snapshots()
+        states = self.saturation(current)
+        decision = decide(
+            route.slo,
+            states.values(),
+            self.params,
+            now_s=time.time(),
+            queued=self._queued[route.model],
+        )
+        if isinstance(decision, Reject):
+            raise self._shed(route, decision.status, decision.reason, decision.retry_after_s)
+        if not isinstance(decision, Admit):
+            current = await self._wait(route, decision.deadline_s, snapshots)
+            states = self.saturation(current)
+        eligible = with_headroom(current, states, route.slo, self.params)
+        return eligible or list(current)
+
+    def _shed(self, route: RouteRequest, status: int, reason: Reason, retry_s: float) -> Rejected:
+        self.metrics.shed.labels(route.slo.name, route.tenant, reason.value).inc()
+        return rejection(status, reason, retry_s)
+
+    async def _wait(
+        self, route: RouteRequest, deadline_s: float, snapshots: Snapshots
+    ) -> Sequence[EndpointSnapshot]:
+        waiter = _Waiter(route, snapshots)
+        if not self._queue.push(waiter, deadline_s):
+            raise self._shed(route, 503, Reason.QUEUE_FULL, self.params.retry_after_s)
+        self._queued[route.model] += 1
+        self.metrics.queued.labels(route.slo.name).inc()
+        self.metrics.queue_depth.set(len(self._queue))
+        self._wake.set()
+        try:
+            await waiter.done
+        finally:
+            self._queue.remove(waiter)
+            self._queued[route.model] -= 1
+            self.metrics.queue_depth.set(len(self._queue))
+        return snapshots()
+
+    async def run(self) -> None:
+        """The dispatcher, owned by the app lifespan: expire, then dispatch by deadline."""
+        while True:
+            if not len(self._queue):
+                self._wake.clear()
+                await self._wake.wait()
+            self._dispatch(time.time())
+            await asyncio.sleep(DISPATCH_TICK_S)
+
+    def _dispatch(self, now: float) -> None:
+        for expired in self._queue.drop_expired(now):
+            error = self._shed(expired.route, 503, Reason.DEADLINE_UNREACHABLE, 1.0)
+            if not expired.done.done():
+                expired.done.set_exception(error)
+        for _ in range(DISPATCH_PER_TICK):
+            waiter = self._queue.pop(now, fits=self._fits)
+            if waiter is None:
+                return
+            if not waiter.done.done():
+                waiter.done.set_result(None)
+
+    def _fits(self, waiter: _Waiter) -> bool:
+        states = self.saturation(waiter.snapshots())
+        return any(has_headroom(s, waiter.route.slo, self.params) for s in states.values())
+
+    async def admit_tenant(self, route: RouteRequest) -> None:
+        """Tenant limits, checked concurrently against the shared counters."""
+        limits = self.limits.get(route.tenant)
+        if limits is None or not (
+            limits.requests_per_min or limits.tokens_per_min or limits.max_concurrent
+        ):
+            return
+        now = time.time()
+        cost_tokens = route.prompt_tokens + (route.max_tokens or 0)
+        outcome = await asyncio.gather(
+            self._window(route.tenant, "requests", 1, limits.requests_per_min, now),
+            self._window(route.tenant, "tokens", cost_tokens, limits.tokens_per_min, now),
+            self._concurrency(route, limits.max_concurrent, now),
+        )
+        refused = [reason for reason in outcome if reason is not None]
+        if refused:
+            if limits.max_concurrent and Reason.TENANT_CONCURRENCY_LIMITED not in refused:
+                self.finished(route)
+            raise self._shed(route, 429, refused[0], TENANT_WINDOW_S / 6)
+
+    async def _window(
+        self, tenant: str, unit: str, cost: int, limit: int | None, now: float
+    ) -> Reason | None:
+        if limit is None:
+            return None
+        key = f"tenant:{tenant}:{unit}"
+        added, _ = await self.store.try_hit(
+            key, cost=cost, limit=limit, window_s=TENANT_WINDOW_S, now=now
+        )
+        if added:
+            return None
+        return Reason.TENANT_RATE_LIMITED if unit == "requests" else Reason.TENANT_TOKEN_LIMITED
+
+    async def _concurrency(
+        self, route: RouteRequest, limit: int | None, now: float
+    ) -> Reason | None:
+        if limit is None:
+            return None
+        scope = tenant_scope(route.tenant)
+        taken = await self.store.try_acquire(
+            scope, route.request_id, limit=limit, ttl_s=self.lease_ttl_s, now=now
+        )
+        return None if taken else Reason.TENANT_CONCURRENCY_LIMITED
+
+    def finished(self, route: RouteRequest) -> None:
+        """Give back the tenant's concurrency slot (a no-op for tenants without one)."""
+        limits = self.limits.get(route.tenant)
+        if limits is not None and limits.max_concurrent:
+            scope = tenant_scope(route.tenant)
+            now = time.time()
+            self.background.spawn(self.store.release_scope(scope, route.request_id, now=now))

@@ -1,0 +1,58 @@
+"""In-flight leases without a round trip on the request path.
+
+This replica's count changes at once (`SharedView.started/finished`); the shared lease is taken
+and dropped in background tasks, the drop chained after the take so they never cross. Other
+replicas see the lease at their next view refresh, which is as fresh as they could read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from gateway.background import Background
+from gateway.state import SharedView
+from gateway.stats.base import StatsStore
+from gateway.telemetry import Metrics
+
+
+class LeaseBook:
+    def __init__(
+        self,
+        store: StatsStore,
+        view: SharedView,
+        metrics: Metrics,
+        background: Background,
+        ttl_s: float,
+    ) -> None:
+        self.store = store
+        self.view = view
+        self.metrics = metrics
+        self.background = background
+        self.ttl_s = ttl_s  # outlives any sane request; a dead replica's leases expire
+        self._taking: dict[tuple[str, str], asyncio.Task[int]] = {}
+
+    def take(self, endpoint_id: str, request_id: str) -> None:
+        self.view.started(endpoint_id)
+        self.metrics.in_flight.labels(endpoint_id).inc()
+        taking = self.background.spawn(
+            self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=time.time())
+        )
+        self._taking[(endpoint_id, request_id)] = taking
+
+    def drop(self, endpoint_id: str, request_id: str) -> None:
+        self.view.finished(endpoint_id)
+        self.metrics.in_flight.labels(endpoint_id).dec()
+        taking = self._taking.pop((endpoint_id, request_id), None)
+        self.background.spawn(self._drop(endpoint_id, request_id, taking))
+
+    async def _drop(
+        self, endpoint_id: str, request_id: str, taking: asyncio.Task[int] | None
+    ) -> None:
+        if taking is not None:
+            await asyncio.wait({taking})
+        await self.store.release(endpoint_id, request_id, now=time.time())
+
+    @property
+    def held(self) -> int:
+        return len(self._taking)

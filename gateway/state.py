@@ -1,0 +1,196 @@
+"""Shared state as the request path sees it.
+
+`ResilientStore` keeps the gateway serving while Redis is down or slow: every call has a bounded
+timeout, a failure switches this replica to per-replica memory (logged once, exposed in
+/readyz and `slo_gateway_redis_up`), and a background watch switches back when Redis answers.
+Lease releases that could not reach Redis are replayed on recovery, so no lease lingers.
+
+`SharedView` is a local copy of every endpoint's shared statistics, refreshed in the background
+(one pipelined read per refresh), so building snapshots costs no round trip. In-flight counts are
+fused: other replicas' leases as of the last refresh plus this replica's own, counted now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from redis.exceptions import RedisError
+
+from gateway.stats.base import EndpointStats, LatencySample, StatsStore
+from gateway.stats.breaker import BreakerPolicy, BreakerState
+from gateway.stats.memory import MemoryStatsStore
+from gateway.telemetry import log
+
+T = TypeVar("T")
+_FAILURES = (RedisError, OSError, TimeoutError)
+WATCH_INTERVAL_S = 1.0
+
+
+class ResilientStore:
+    """A StatsStore over a primary (Redis) that degrades to a local MemoryStatsStore."""
+
+    def __init__(
+        self,
+        primary: StatsStore,
+        fallback: MemoryStatsStore,
+        ping: Callable[[], Awaitable[Any]],
+        *,
+        timeout_s: float,
+    ) -> None:
+        self.primary = primary
+        self.fallback = fallback
+        self.timeout_s = timeout_s
+        self.up = True
+        self._ping = ping
+        self._unreleased: list[tuple[str, str, bool]] = []  # (key, request_id, is_scope)
+
+    async def _run(self, op: Callable[[StatsStore], Awaitable[T]]) -> T:
+        if self.up:
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    return await op(self.primary)
+            except _FAILURES as exc:
+                self._mark_down(exc)
+        return await op(self.fallback)
+
+    def _mark_down(self, exc: BaseException) -> None:
+        if self.up:
+            log.warning("shared store unavailable, serving from local state: %r", exc)
+        self.up = False
+
+    async def watch(self, interval_s: float = WATCH_INTERVAL_S) -> None:
+        """Owned by the app lifespan: ping while down, switch back and replay releases."""
+        while True:
+            await asyncio.sleep(interval_s)
+            if not self.up:
+                await self._try_recover()
+
+    async def _try_recover(self) -> None:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await self._ping()
+                for key, request_id, is_scope in self._unreleased:
+                    await self._release_on(self.primary, key, request_id, is_scope)
+        except _FAILURES:
+            return
+        self._unreleased.clear()
+        self.up = True
+        log.warning("shared store is back; shared state resumed")
+
+    async def _release_on(
+        self, store: StatsStore, key: str, request_id: str, is_scope: bool
+    ) -> None:
+        now = time.time()
+        if is_scope:
+            await store.release_scope(key, request_id, now=now)
+        else:
+            await store.release(key, request_id, now=now)
+
+    async def _release(self, key: str, request_id: str, is_scope: bool) -> None:
+        # Released on both sides: the lease may have been taken before or during an outage.
+        await self._release_on(self.fallback, key, request_id, is_scope)
+        if self.up:
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    await self._release_on(self.primary, key, request_id, is_scope)
+                return
+            except _FAILURES as exc:
+                self._mark_down(exc)
+        self._unreleased.append((key, request_id, is_scope))
+
+    async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
+        return await self._run(lambda s: s.acquire(endpoint_id, request_id, ttl_s=ttl_s, now=now))
+
+    async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
+        await self._release(endpoint_id, request_id, is_scope=False)
+
+    async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
+        return await self._run(lambda s: s.read(endpoint_ids, now=now))
+
+    async def read_in_flight(self, endpoint_ids: Sequence[str], *, now: float) -> dict[str, int]:
+        return await self._run(lambda s: s.read_in_flight(endpoint_ids, now=now))
+
+    async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
+        await self._run(lambda s: s.observe(endpoint_id, sample))
+
+    async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
+        return await self._run(lambda s: s.hit(key, cost=cost, window_s=window_s, now=now))
+
+    async def try_hit(
+        self, key: str, *, cost: int, limit: int, window_s: float, now: float
+    ) -> tuple[bool, int]:
+        return await self._run(
+            lambda s: s.try_hit(key, cost=cost, limit=limit, window_s=window_s, now=now)
+        )
+
+    async def try_acquire(
+        self, scope: str, request_id: str, *, limit: int, ttl_s: float, now: float
+    ) -> bool:
+        return await self._run(
+            lambda s: s.try_acquire(scope, request_id, limit=limit, ttl_s=ttl_s, now=now)
+        )
+
+    async def release_scope(self, scope: str, request_id: str, *, now: float) -> None:
+        await self._release(scope, request_id, is_scope=True)
+
+    async def record_result(
+        self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
+    ) -> BreakerState:
+        return await self._run(
+            lambda s: s.record_result(endpoint_id, ok=ok, now=now, policy=policy)
+        )
+
+    async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
+        return await self._run(lambda s: s.claim_trial(endpoint_id, now=now, policy=policy))
+
+    async def cool_down(self, endpoint_id: str, *, until_s: float, now: float) -> float:
+        return await self._run(lambda s: s.cool_down(endpoint_id, until_s=until_s, now=now))
+
+    async def close(self) -> None:
+        await self.primary.close()
+        await self.fallback.close()
+
+
+class SharedView:
+    """Every endpoint's shared stats as of the last background refresh, plus local in-flight."""
+
+    def __init__(self, store: StatsStore, endpoint_ids: Sequence[str], refresh_s: float) -> None:
+        self.store = store
+        self.endpoint_ids = list(endpoint_ids)
+        self.refresh_s = refresh_s
+        self.local: Counter[str] = Counter()
+        self.refreshed_at_s: float | None = None  # wall clock of the last good refresh
+        self._shared: Mapping[str, EndpointStats] = {}
+        self._local_at_refresh: Counter[str] = Counter()
+
+    async def refresh(self) -> None:
+        local = self.local.copy()
+        now = time.time()
+        self._shared = await self.store.read(self.endpoint_ids, now=now)
+        self._local_at_refresh = local
+        self.refreshed_at_s = now
+
+    async def run(self) -> None:
+        """Owned by the app lifespan."""
+        while True:
+            try:
+                await self.refresh()
+            except _FAILURES as exc:
+                log.debug("shared view refresh failed: %r", exc)
+            await asyncio.sleep(self.refresh_s)
+
+    def stats(self, endpoint_id: str) -> EndpointStats:
+        shared = self._shared.get(endpoint_id, EndpointStats())
+        others = max(0, shared.in_flight - self._local_at_refresh[endpoint_id])
+        return replace(shared, in_flight=others + self.local[endpoint_id])
+
+    def started(self, endpoint_id: str) -> None:
+        self.local[endpoint_id] += 1
+
+    def finished(self, endpoint_id: str) -> None:
+        self.local[endpoint_id] -= 1
