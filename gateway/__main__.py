@@ -36,7 +36,7 @@ def serve(
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    app = create_app(gateway_config, settings)
+    app = create_app(gateway_config, settings, config_path=Path(path))
     uvicorn.run(
         app,
         host=host or settings.host,

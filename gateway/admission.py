@@ -29,6 +29,7 @@ from policies.admission import (
     decide,
     has_headroom,
     next_saturations,
+    request_states,
     with_headroom,
 )
 from policies.base import EndpointSnapshot, RouteRequest
@@ -86,6 +87,12 @@ class Admission:
         self._queued: Counter[str] = Counter()  # waiting requests per model
         self._wake = asyncio.Event()
 
+    def reconfigure(self, params: AdmissionParams, limits: Mapping[str, TenantLimits]) -> None:
+        """New parameters for new decisions; the queue keeps its waiters."""
+        self.params = params
+        self.limits = limits
+        self._queue.max_size = params.queue_max_size
+
     def saturation(self, snapshots: Sequence[EndpointSnapshot]) -> dict[str, Saturation]:
         states = next_saturations(self.states, snapshots, self.params)
         self.states.update(states)
@@ -94,7 +101,7 @@ class Admission:
     async def admit(self, route: RouteRequest, snapshots: Snapshots) -> list[EndpointSnapshot]:
         """The candidates this request may use now; waits in the deadline queue if it must."""
         current = snapshots()
-        states = self.saturation(current)
+        states = self._states_for(route, current)
         decision = decide(
             route.slo,
             states.values(),
@@ -106,9 +113,19 @@ class Admission:
             raise self._shed(route, decision.status, decision.reason, decision.retry_after_s)
         if not isinstance(decision, Admit):
             current = await self._wait(route, decision.deadline_s, snapshots)
-            states = self.saturation(current)
+            states = self._states_for(route, current)
         eligible = with_headroom(current, states, route.slo, self.params)
         return eligible or list(current)
+
+    def footprint(self, route: RouteRequest) -> int:
+        """KV tokens the request will hold at most: its prompt plus its output."""
+        return route.prompt_tokens + (route.max_tokens or self.params.default_output_tokens)
+
+    def _states_for(
+        self, route: RouteRequest, snapshots: Sequence[EndpointSnapshot]
+    ) -> dict[str, Saturation]:
+        states = self.saturation(snapshots)
+        return request_states(states, snapshots, self.footprint(route), self.params)
 
     def _shed(self, route: RouteRequest, status: int, reason: Reason, retry_s: float) -> Rejected:
         self.metrics.shed.labels(route.slo.name, route.tenant, reason.value).inc()
@@ -154,7 +171,7 @@ class Admission:
                 waiter.done.set_result(None)
 
     def _fits(self, waiter: _Waiter) -> bool:
-        states = self.saturation(waiter.snapshots())
+        states = self._states_for(waiter.route, waiter.snapshots())
         return any(has_headroom(s, waiter.route.slo, self.params) for s in states.values())
 
     async def admit_tenant(self, route: RouteRequest) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import api, ops
 from gateway.errors import GatewayError, InvalidRequest
+from gateway.reload import ConfigReloader
 from gateway.runtime import Runtime
 from gateway.settings import GatewayConfig, Settings
 from gateway.stats.base import StatsStore
@@ -24,8 +28,12 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def create_app(
-    config: GatewayConfig, settings: Settings | None = None, store: StatsStore | None = None
+    config: GatewayConfig,
+    settings: Settings | None = None,
+    store: StatsStore | None = None,
+    config_path: Path | None = None,
 ) -> FastAPI:
+    """`config_path`, when given, is watched (and re-read on SIGHUP) for hot reloads."""
     settings = settings or Settings()
 
     @asynccontextmanager
@@ -33,6 +41,8 @@ def create_app(
         runtime = Runtime.build(config, settings, store)
         app.state.runtime = runtime
         runtime.start()
+        if config_path is not None:
+            _watch(runtime, config_path)
         try:
             yield
         finally:
@@ -54,6 +64,15 @@ def create_app(
     app.include_router(ops.routes)
     app.add_middleware(RequestIdMiddleware)
     return app
+
+
+def _watch(runtime: Runtime, path: Path) -> None:
+    reloader = ConfigReloader(path, runtime)
+    runtime.tasks.append(asyncio.create_task(reloader.run()))
+    try:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reloader.reload)
+    except (RuntimeError, ValueError):
+        log.info("SIGHUP reload unavailable off the main thread; watching %s only", path)
 
 
 async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:

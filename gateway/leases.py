@@ -30,27 +30,28 @@ class LeaseBook:
         self.metrics = metrics
         self.background = background
         self.ttl_s = ttl_s  # outlives any sane request; a dead replica's leases expire
-        self._taking: dict[tuple[str, str], asyncio.Task[int]] = {}
+        self._taking: dict[tuple[str, str], tuple[asyncio.Task[int], int]] = {}
 
-    def take(self, endpoint_id: str, request_id: str) -> None:
-        self.view.started(endpoint_id)
+    def take(self, endpoint_id: str, request_id: str, tokens: int) -> None:
+        """Lease `endpoint_id` for a request whose KV footprint is `tokens`."""
+        self.view.started(endpoint_id, tokens)
         self.metrics.in_flight.labels(endpoint_id).inc()
         taking = self.background.spawn(
             self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=time.time())
         )
-        self._taking[(endpoint_id, request_id)] = taking
+        self._taking[(endpoint_id, request_id)] = (taking, tokens)
 
     def drop(self, endpoint_id: str, request_id: str) -> None:
-        self.view.finished(endpoint_id)
+        held = self._taking.pop((endpoint_id, request_id), None)
+        if held is None:
+            return  # never taken, or already dropped
+        taking, tokens = held
+        self.view.finished(endpoint_id, tokens)
         self.metrics.in_flight.labels(endpoint_id).dec()
-        taking = self._taking.pop((endpoint_id, request_id), None)
         self.background.spawn(self._drop(endpoint_id, request_id, taking))
 
-    async def _drop(
-        self, endpoint_id: str, request_id: str, taking: asyncio.Task[int] | None
-    ) -> None:
-        if taking is not None:
-            await asyncio.wait({taking})
+    async def _drop(self, endpoint_id: str, request_id: str, taking: asyncio.Task[int]) -> None:
+        await asyncio.wait({taking})
         await self.store.release(endpoint_id, request_id, now=time.time())
 
     @property

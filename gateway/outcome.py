@@ -15,7 +15,8 @@ from gateway.background import Background
 from gateway.health import HealthChecker
 from gateway.leases import LeaseBook
 from gateway.proxy import AttemptFailed, Opened
-from gateway.registry import QUOTA_COOLDOWN_S, Registry
+from gateway.registry import Registry
+from gateway.signals import parse_rate_limits
 from gateway.sse import StreamWatch
 from gateway.state import SharedView
 from gateway.stats.base import LatencySample, StatsStore
@@ -68,8 +69,8 @@ class Finisher:
         self.store: StatsStore = view.store
         self.on_finished: Callable[[RouteRequest], None] = lambda request: None
 
-    def start(self, endpoint_id: str, request_id: str) -> None:
-        self.leases.take(endpoint_id, request_id)
+    def start(self, endpoint_id: str, request_id: str, tokens: int) -> None:
+        self.leases.take(endpoint_id, request_id, tokens)
 
     def abandoned(self, endpoint_id: str, request_id: str) -> None:
         self.leases.drop(endpoint_id, request_id)
@@ -79,8 +80,8 @@ class Finisher:
     ) -> None:
         self.leases.drop(endpoint_id, request.request_id)
         now = time.time()
-        if failure.quota_exhausted:
-            self._cool_down(endpoint_id, now + QUOTA_COOLDOWN_S, "insufficient_quota")
+        if failure.quota_exhausted and failure.retry_after_s:
+            self._cool_down(endpoint_id, now + failure.retry_after_s, "insufficient_quota")
         elif failure.retry_after_s:
             self._cool_down(endpoint_id, now + failure.retry_after_s, "retry_after")
         if failure.status != 429:  # rate limits cool an endpoint down; they do not break it
@@ -105,6 +106,8 @@ class Finisher:
             request.model, endpoint_id, request.tenant, request.slo.name, result.outcome
         ).inc()
         self._observe_latency(endpoint_id, request, result)
+        if opened.endpoint.kind == "openai":
+            self._honour_rate_limits(endpoint_id, opened)
         if result.outcome == "cancelled":
             return  # a client leaving says nothing about the endpoint or the SLO
         verdict = "met" if slo_met(request.slo, result) else "missed"
@@ -131,6 +134,13 @@ class Finisher:
         if ok and not self.view.stats(endpoint_id).breaker.failures:
             return  # the common case: nothing to reset, so no write to the shared store
         self.background.spawn(self.health.record(endpoint_id, ok=ok, now=time.time()))
+
+    def _honour_rate_limits(self, endpoint_id: str, opened: Opened) -> None:
+        """A provider that says its budget is spent is left alone until the budget resets."""
+        now = time.time()
+        wait_s = parse_rate_limits(opened.response.headers, now=now).exhausted_for_s()
+        if wait_s:
+            self._cool_down(endpoint_id, now + wait_s, "rate_limit_exhausted")
 
     def _cool_down(self, endpoint_id: str, until_s: float, reason: str) -> None:
         self.registry.cool_down(endpoint_id, until_s, reason)

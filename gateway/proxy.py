@@ -19,6 +19,7 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from gateway.settings import EndpointConfig, ServerConfig
+from gateway.signals import classify_error
 from gateway.sse import StreamWatch, error_event
 
 CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
@@ -68,14 +69,6 @@ class Opened:
 
     def headers(self) -> dict[str, str]:
         return {k: v for k in RELAYED_HEADERS if (v := self.response.headers.get(k))}
-
-
-def retry_after_s(headers: httpx.Headers) -> float | None:
-    value = headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value else None
-    except ValueError:
-        return None
 
 
 class Upstream:
@@ -150,13 +143,12 @@ class Upstream:
 
 async def _raise_for_status(endpoint: EndpointConfig, response: httpx.Response) -> None:
     body = await response.aread()
+    status = response.status_code
+    verdict = classify_error(status, response.headers, body, now=time.time())
     failure = AttemptFailed(
-        endpoint.id,
-        f"status_{response.status_code}",
-        status=response.status_code,
-        retry_after_s=retry_after_s(response.headers),
+        endpoint.id, f"status_{status}", status=status, retry_after_s=verdict.cooldown_s
     )
-    failure.quota_exhausted = response.status_code == 429 and b"insufficient_quota" in body
+    failure.quota_exhausted = verdict.unavailable
     raise failure
 
 

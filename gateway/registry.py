@@ -13,9 +13,6 @@ from dataclasses import dataclass, replace
 from gateway.settings import EndpointConfig
 
 
-QUOTA_COOLDOWN_S = 300.0  # out of quota is not a blip: keep away until a person looks
-
-
 @dataclass(frozen=True, slots=True)
 class EndpointState:
     cooldown_until_s: float = 0.0

@@ -20,8 +20,13 @@ from typing import Any
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from gateway.admission import Admission
-from gateway.errors import GatewayError, NoEndpointAvailable, Rejected, UpstreamError
-from gateway.errors import UpstreamTimeout
+from gateway.errors import (
+    GatewayError,
+    NoEndpointAvailable,
+    Rejected,
+    UpstreamError,
+    UpstreamTimeout,
+)
 from gateway.outcome import Finisher
 from gateway.proxy import AttemptFailed, Opened, Upstream, UpstreamCall
 from gateway.registry import Registry
@@ -83,6 +88,7 @@ class Router:
                         endpoint_id=endpoint.id,
                         kind=endpoint.kind,
                         in_flight=stats.in_flight,
+                        in_flight_tokens=self.view.local_tokens[endpoint.id],
                         max_concurrency=endpoint.max_concurrency,
                         input_price_per_1m=endpoint.price.input_per_1m,
                         output_price_per_1m=endpoint.price.output_per_1m,
@@ -192,7 +198,7 @@ class Router:
     async def _attempt(
         self, endpoint: EndpointConfig, call: UpstreamCall, request: RouteRequest
     ) -> Opened:
-        self.finisher.start(endpoint.id, call.request_id)
+        self.finisher.start(endpoint.id, call.request_id, self.admission.footprint(request))
         try:
             return await self.upstream.open(endpoint, call)
         except AttemptFailed as failure:

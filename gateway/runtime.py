@@ -22,11 +22,12 @@ from gateway.router import Router
 from gateway.scraper import Scraper
 from gateway.settings import GatewayConfig, Settings
 from gateway.state import ResilientStore, SharedView
+from gateway.stats import keys
 from gateway.stats.base import StatsStore
 from gateway.stats.breaker import BreakerPolicy
 from gateway.stats.memory import MemoryStatsStore
 from gateway.stats.redis import RedisStatsStore
-from gateway.telemetry import Metrics
+from gateway.telemetry import Metrics, log
 from policies.registry import build as build_policy
 
 
@@ -41,9 +42,12 @@ def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, s
         socket_timeout=state.redis_timeout_s,
         socket_connect_timeout=state.redis_timeout_s,
     )
-    prefix = {"prefix": settings.redis_prefix} if settings.redis_prefix else {}
     redis = RedisStatsStore(
-        client, window_s=state.window_s, bucket_s=state.bucket_s, owns_client=True, **prefix
+        client,
+        window_s=state.window_s,
+        bucket_s=state.bucket_s,
+        prefix=settings.redis_prefix or keys.PREFIX,
+        owns_client=True,
     )
     return ResilientStore(redis, memory, client.ping, timeout_s=state.redis_timeout_s), "redis"
 
@@ -128,6 +132,22 @@ class Runtime:
         if isinstance(self.store, ResilientStore):
             jobs.append(self.store.watch())
         self.tasks = [asyncio.create_task(job) for job in jobs]
+
+    def apply(self, config: GatewayConfig) -> None:
+        """Swap in the reloadable sections of a new config (see gateway/reload.py)."""
+        fixed = ("endpoints", "server", "state")
+        if any(getattr(config, name) != getattr(self.config, name) for name in fixed):
+            log.warning("config reload: endpoints, server and state apply after a restart")
+        self.keyring = KeyRing(config)
+        limits = {name: tenant.limits for name, tenant in config.tenants.items()}
+        self.admission.reconfigure(config.admission, limits)
+        self.router.policy = build_policy(config.policy)
+        self.config = self.config.model_copy(
+            update={
+                name: getattr(config, name)
+                for name in ("tenants", "classes", "policy", "admission")
+            }
+        )
 
     def next_seq(self) -> int:
         return next(self._seq)

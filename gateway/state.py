@@ -164,6 +164,7 @@ class SharedView:
         self.endpoint_ids = list(endpoint_ids)
         self.refresh_s = refresh_s
         self.local: Counter[str] = Counter()
+        self.local_tokens: Counter[str] = Counter()  # KV footprint of this replica's in-flight
         self.refreshed_at_s: float | None = None  # wall clock of the last good refresh
         self._shared: Mapping[str, EndpointStats] = {}
         self._local_at_refresh: Counter[str] = Counter()
@@ -189,8 +190,10 @@ class SharedView:
         others = max(0, shared.in_flight - self._local_at_refresh[endpoint_id])
         return replace(shared, in_flight=others + self.local[endpoint_id])
 
-    def started(self, endpoint_id: str) -> None:
+    def started(self, endpoint_id: str, tokens: int) -> None:
         self.local[endpoint_id] += 1
+        self.local_tokens[endpoint_id] += tokens
 
-    def finished(self, endpoint_id: str) -> None:
+    def finished(self, endpoint_id: str, tokens: int) -> None:
         self.local[endpoint_id] -= 1
+        self.local_tokens[endpoint_id] -= tokens

@@ -104,6 +104,12 @@ class Metrics:
             ["endpoint"],
             registry=r,
         )
+        self.config_reloads = Counter(
+            "slo_gateway_config_reloads",
+            "Config reloads by result (applied, rejected).",
+            ["result"],
+            registry=r,
+        )
         self.endpoint_healthy = Gauge(
             "slo_gateway_endpoint_healthy",
             "1 when the endpoint is in rotation, 0 when unhealthy or cooling down.",

@@ -8,6 +8,11 @@ Pressure of one endpoint (0 = idle, 1 = at a threshold), the largest of
     kv_usage / kv_threshold                                  engine gauges, used only when no
     waiting_for_capacity (else waiting) / queue_threshold    older than max_gauge_age_s
     in_flight / (max_concurrency · in_flight_threshold)      gateway leases, if max_concurrency
+    in_flight_tokens / kv_capacity / kv_threshold            this replica's dispatched footprint,
+                                                             instant where the KV gauge lags
+A request also checks its own footprint (`request_states`): its prompt plus max output tokens
+added to the KV in use must stay below the line its class may reach, so a batch request that
+would cross into the reserve is refused before it takes the reserve, not after.
 Stale or missing gauges are left out (fail open): gateway leases still guard endpoints with a
 concurrency limit, and the routing estimate still sees queues through in-flight counts.
 
@@ -71,6 +76,9 @@ class AdmissionParams(BaseModel):
     queue_max_size: int = Field(default=256, ge=0)
     queue_max_wait_s: float = Field(default=10.0, gt=0)
     retry_after_s: float = Field(default=1.0, ge=0)
+    default_output_tokens: int = Field(
+        default=256, ge=1, description="footprint without max_tokens"
+    )
 
 
 class Saturation(IntEnum):
@@ -100,8 +108,11 @@ Decision = Admit | Reject | Queue
 ADMIT = Admit()
 
 
-def pressure(snapshot: EndpointSnapshot, params: AdmissionParams) -> float:
-    """How close the endpoint is to a saturation threshold: 1.0 = at one."""
+def pressure(
+    snapshot: EndpointSnapshot, params: AdmissionParams, footprint_tokens: int = 0
+) -> float:
+    """How close the endpoint is to a saturation threshold: 1.0 = at one. With a footprint,
+    the pressure the endpoint would be under once that many more KV tokens are in use."""
     level = 0.0
     if snapshot.max_concurrency:
         level = snapshot.in_flight / (snapshot.max_concurrency * params.in_flight_threshold)
@@ -109,13 +120,39 @@ def pressure(snapshot: EndpointSnapshot, params: AdmissionParams) -> float:
     if engine is None or engine.age_s is None or engine.age_s > params.max_gauge_age_s:
         return level
     if engine.kv_usage is not None:
-        kv_level = engine.kv_usage / params.kv_threshold
+        kv_level = _kv_in_use(snapshot, engine.kv_usage, footprint_tokens) / params.kv_threshold
         level = kv_level if kv_level > level else level  # not max(): this runs per endpoint
     waiting = engine.waiting if engine.waiting_for_capacity is None else engine.waiting_for_capacity
     if waiting is not None:
         queue_level = waiting / params.queue_threshold
         level = queue_level if queue_level > level else level
     return level
+
+
+def _kv_in_use(snapshot: EndpointSnapshot, kv_usage: float, footprint_tokens: int) -> float:
+    """KV fraction in use: the gauge, or our own dispatched footprint when it is larger (the
+    gauge lags), plus the footprint of the request being decided."""
+    capacity = snapshot.engine.kv_capacity_tokens if snapshot.engine else None
+    if not capacity:
+        return kv_usage
+    ours = snapshot.in_flight_tokens / capacity
+    return (kv_usage if kv_usage > ours else ours) + footprint_tokens / capacity
+
+
+def request_states(
+    states: Mapping[str, Saturation],
+    snapshots: Iterable[EndpointSnapshot],
+    footprint_tokens: int,
+    params: AdmissionParams,
+) -> dict[str, Saturation]:
+    """Each endpoint's state as this request would find it once admitted (never lower)."""
+    return {
+        s.endpoint_id: max(
+            states.get(s.endpoint_id, _OPEN),
+            saturation_for(_OPEN, pressure(s, params, footprint_tokens), params),
+        )
+        for s in snapshots
+    }
 
 
 # Enum attribute lookups cost about 0.1 µs each; these run per endpoint per request.

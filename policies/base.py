@@ -90,6 +90,7 @@ class EndpointSnapshot:
     kind: EndpointKind
     healthy: bool = True
     in_flight: int = 0  # gateway-wide leases on this endpoint (all replicas)
+    in_flight_tokens: int = 0  # KV footprint (prompt + max output) of this replica's in-flight
     max_concurrency: int | None = None
     input_price_per_1m: float = 0.0
     output_price_per_1m: float = 0.0

@@ -275,9 +275,7 @@ def _ttft_coefficients(
     )
 
 
-def _tpot_mean(
-    snapshot: EndpointSnapshot, prior: _Prior, warmth: float, running: float
-) -> float:
+def _tpot_mean(snapshot: EndpointSnapshot, prior: _Prior, warmth: float, running: float) -> float:
     prior_s = prior.tpot_s
     if prior.tpot_double_running is not None:
         prior_s *= 1 + running / prior.tpot_double_running

@@ -21,6 +21,7 @@ from policies.admission import (
     next_saturation,
     next_saturations,
     pressure,
+    request_states,
     saturation_for,
     with_headroom,
 )
@@ -237,3 +238,38 @@ class TestDeadlineQueue:
         assert queue.remove(first)
         assert not queue.remove(first)
         assert queue.pop(now_s=0.0) is second
+
+
+def kv_endpoint(kv_usage: float, in_flight_tokens: int = 0) -> EndpointSnapshot:
+    signals = EngineSignals(kv_usage=kv_usage, kv_capacity_tokens=10_000, age_s=0.1)
+    return EndpointSnapshot("e", "vllm", engine=signals, in_flight_tokens=in_flight_tokens)
+
+
+@pytest.mark.parametrize(
+    ("kv_usage", "in_flight_tokens", "footprint", "expected"),
+    [
+        (0.50, 0, 1_000, Saturation.OPEN),  # 0.60 after: below the reserve line (0.70)
+        (0.65, 0, 1_000, Saturation.RESERVED),  # 0.75 after: it would take the reserve
+        (0.75, 0, 1_000, Saturation.SATURATED),  # 0.85 after: past the KV threshold
+        (0.10, 7_500, 1_000, Saturation.SATURATED),  # our own dispatches, not yet in the gauge
+        (0.65, 0, 0, Saturation.OPEN),  # without a footprint, the endpoint's own state
+    ],
+)
+def test_request_states_count_the_requests_own_kv_footprint(
+    kv_usage: float, in_flight_tokens: int, footprint: int, expected: Saturation
+) -> None:
+    params = AdmissionParams()
+    snapshot = kv_endpoint(kv_usage, in_flight_tokens)
+    states = request_states({"e": Saturation.OPEN}, [snapshot], footprint, params)
+    assert states["e"] == expected
+
+
+def test_a_batch_request_that_would_cross_into_the_reserve_is_shed() -> None:
+    params = AdmissionParams()
+    batch = SloTarget("batch", deadline_s=60, priority=0, sheddable=True)
+    interactive = SloTarget("interactive", ttft_s=0.5, priority=10)
+    snapshot = kv_endpoint(0.65)
+    big = request_states({}, [snapshot], 1_000, params)
+    small = request_states({}, [snapshot], 100, params)
+    assert isinstance(decide(batch, big.values(), params, now_s=0.0), Reject)
+    assert decide(interactive, small.values(), params, now_s=0.0) == ADMIT

@@ -1,0 +1,159 @@
+"""SLO-aware routing and admission on the simulated fleet, through real servers."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.settings import parse_config
+from tests.fixtures.gateway import (
+    TENANT_KEY,
+    admin_endpoints,
+    chat_body,
+    config,
+    endpoint,
+    engine,
+    fleet_member,
+    running_gateway,
+    runtime_of,
+)
+
+pytestmark = pytest.mark.integration
+AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
+SLO_AWARE = {"name": "slo_aware", "explore_fraction": 0.0, "estimate": {"min_samples": 5}}
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def chat(base_url: str, content: str, **extra: Any) -> httpx.Response:
+    body = chat_body(content, **({"max_tokens": 4} | extra))
+    return httpx.post(base_url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60)
+
+
+def flood(root_url: str, count: int, max_tokens: int) -> list[threading.Thread]:
+    """Long requests sent straight to an engine, bypassing the gateway, to build its queue."""
+
+    def one() -> None:
+        body = chat_body("x", model="meta-llama/Meta-Llama-3-8B-Instruct", max_tokens=max_tokens)
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(root_url + "/v1/chat/completions", json=body, timeout=60)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def test_interactive_requests_avoid_an_engine_whose_queue_is_long() -> None:
+    with (
+        fleet_member(engine(max_num_seqs=2)) as busy,
+        fleet_member(engine()) as idle,
+    ):
+        data = config([endpoint("busy", busy), endpoint("idle", idle)], policy=SLO_AWARE)
+        with running_gateway(data) as gateway:
+            flood(busy, count=12, max_tokens=300)
+
+            def queue_seen() -> bool:
+                signals = admin_endpoints(gateway.base_url)["busy"]["engine"]
+                return bool(signals and (signals["waiting"] or 0) >= 5)
+
+            assert eventually(queue_seen)
+            chosen = [
+                chat(gateway.base_url, "Hi").headers["x-slo-gateway-endpoint"] for _ in range(10)
+            ]
+    assert chosen.count("idle") >= 9, chosen
+
+
+def test_a_long_prompt_goes_to_the_fastest_prefill_even_when_a_short_one_does_not() -> None:
+    fast = engine(prefill_per_token_s=0.00004, prefill_quadratic_s=0.0)
+    slow = engine(prefill_per_token_s=0.0004, prefill_quadratic_s=0.0)
+    with fleet_member(fast) as fast_url, fleet_member(slow) as slow_url:
+        endpoints = [
+            endpoint("fast-prefill", fast_url, price={"input_per_1m": 1.0, "output_per_1m": 2.0}),
+            endpoint("slow-prefill", slow_url, price={"input_per_1m": 0.1, "output_per_1m": 0.2}),
+        ]
+        with running_gateway(config(endpoints)) as gateway:  # round robin while warming up
+            for length in [100, 1500] * 6:
+                warmup = chat(gateway.base_url, "w" * 4 * length, stream=True)  # streams: TTFT
+                assert warmup.status_code == 200
+            runtime_of(gateway).apply(parse_config(config(endpoints, policy=SLO_AWARE)))
+            assert eventually(lambda: _warm(gateway.base_url), 5)
+            short = chat(gateway.base_url, "s" * 4 * 100)
+            long = chat(gateway.base_url, "l" * 4 * 6000)
+    assert short.headers["x-slo-gateway-endpoint"] == "slow-prefill"  # cheapest meeting the SLO
+    assert long.headers["x-slo-gateway-endpoint"] == "fast-prefill"
+    assert long.headers["x-slo-gateway-at-risk"] == "false"
+
+
+def _warm(base_url: str) -> bool:
+    return all(e["estimate"]["samples"] >= 6 for e in admin_endpoints(base_url).values())
+
+
+class Ramp:
+    """Batch (sheddable) streams added one by one, with interactive probes alongside."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.batch: list[tuple[int, str]] = []  # (status, reason header)
+        self.interactive: list[tuple[int, float | None]] = []  # (status, TTFT)
+        self._lock = threading.Lock()
+
+    def batch_request(self) -> None:
+        body = chat_body("b" * 1600, max_tokens=300, stream=True)
+        headers = AUTH | {"x-slo-class": "batch"}
+        url = self.base_url + "/v1/chat/completions"
+        response = httpx.post(url, json=body, headers=headers, timeout=60)
+        with self._lock:
+            self.batch.append(
+                (response.status_code, response.headers.get("x-slo-gateway-reason", ""))
+            )
+
+    def interactive_request(self) -> None:
+        started = time.perf_counter()
+        ttft = None
+        body = chat_body("i" * 200, max_tokens=8, stream=True)
+        with httpx.stream(
+            "POST", self.base_url + "/v1/chat/completions", json=body, headers=AUTH, timeout=60
+        ) as response:
+            for chunk in response.iter_bytes():
+                if ttft is None and b'"content"' in chunk:
+                    ttft = time.perf_counter() - started
+        self.interactive.append((response.status_code, ttft))
+
+
+def test_under_a_kv_pressure_ramp_batch_is_shed_while_interactive_keeps_its_ttft() -> None:
+    small = engine(num_gpu_blocks=256, max_model_len=4096, max_num_seqs=32)
+    with fleet_member(small) as engine_url:
+        data = config([endpoint("e1", engine_url)], policy={"name": "least_loaded"})
+        with running_gateway(data) as gateway:
+            ramp = Ramp(gateway.base_url)
+            batch_threads = []
+            for _ in range(24):  # about 700 KV tokens each: the 4096-token pool fills
+                thread = threading.Thread(target=ramp.batch_request, daemon=True)
+                thread.start()
+                batch_threads.append(thread)
+                time.sleep(0.25)
+                ramp.interactive_request()
+            for thread in batch_threads:
+                thread.join(60)
+    shed = [reason for status, reason in ramp.batch if status == 429]
+    assert shed, ramp.batch
+    assert set(shed) <= {"saturated", "reserved_for_higher_priority"}
+    assert all(status in (200, 429) for status, _ in ramp.batch)
+    statuses = [status for status, _ in ramp.interactive]
+    ttfts = sorted(t for _, t in ramp.interactive if t is not None)
+    assert statuses == [200] * 24
+    assert ttfts[int(0.9 * len(ttfts)) - 1] <= 1.0  # the interactive class's TTFT target
