@@ -43,7 +43,7 @@ def demo_config(fleet: FleetConfig, host: str = "127.0.0.1") -> dict[str, Any]:
             "interactive": {"ttft_ms": 500, "tpot_ms": 50, "priority": 10, "sheddable": False},
             "batch": {"deadline_ms": 60000, "priority": 0, "sheddable": True},
         },
-        "policy": {"name": "least_loaded"},
+        "policy": {"name": "slo_aware"},
     }
 
 

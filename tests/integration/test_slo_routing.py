@@ -157,3 +157,56 @@ def test_under_a_kv_pressure_ramp_batch_is_shed_while_interactive_keeps_its_ttft
     ttfts = sorted(t for _, t in ramp.interactive if t is not None)
     assert statuses == [200] * 24
     assert ttfts[int(0.9 * len(ttfts)) - 1] <= 1.0  # the interactive class's TTFT target
+
+
+def hold_stream(url: str, results: list[int], release: threading.Event) -> None:
+    body = chat_body(max_tokens=2000, stream=True)
+    with httpx.stream("POST", url, json=body, headers=AUTH, timeout=60) as response:
+        chunks = response.iter_bytes()
+        next(chunks, b"")
+        results.append(response.status_code)
+        release.wait(30)
+
+
+def test_a_non_sheddable_request_waits_for_capacity_then_misses_nothing() -> None:
+    """At the concurrency limit an interactive request queues (not shed) and is dispatched when
+    a slot frees; one whose TTFT deadline passes while waiting gets 503 deadline_unreachable."""
+    with fleet_member(engine()) as engine_url:
+        limited = endpoint("e1", engine_url, max_concurrency=2)
+        data = config([limited], admission={"queue_max_wait_s": 3.0})
+        with running_gateway(data) as gateway:
+            url = gateway.base_url + "/v1/chat/completions"
+            held: list[int] = []
+            release = threading.Event()
+            holders = [
+                threading.Thread(target=hold_stream, args=(url, held, release), daemon=True)
+                for _ in range(2)
+            ]
+            for thread in holders:
+                thread.start()
+            assert eventually(lambda: len(held) == 2)
+            threading.Timer(0.5, release.set).start()  # a slot frees after half a second
+            started = time.perf_counter()
+            queued = chat(gateway.base_url, "q")
+            waited_s = time.perf_counter() - started
+            for thread in holders:
+                thread.join(30)
+            release.clear()
+            holders = [
+                threading.Thread(target=hold_stream, args=(url, held, release), daemon=True)
+                for _ in range(2)
+            ]
+            for thread in holders:
+                thread.start()
+            assert eventually(lambda: len(held) == 4)
+            expired = chat(gateway.base_url, "late")
+            batch = httpx.post(
+                url, json=chat_body(max_tokens=4), headers=AUTH | {"x-slo-class": "batch"}
+            )
+            release.set()
+    assert queued.status_code == 200 and waited_s >= 0.4
+    assert expired.status_code == 503
+    assert expired.headers["x-slo-gateway-reason"] == "deadline_unreachable"
+    assert expired.json()["error"]["code"] == "deadline_unreachable"
+    assert batch.status_code == 429  # sheddable: refused at once, never queued
+    assert batch.headers["x-slo-gateway-reason"] == "saturated"
