@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from gateway.background import Background
 from gateway.errors import Rejected
 from gateway.settings import TenantLimits
-from gateway.stats.base import StatsStore
+from gateway.stats.base import StatsStore, TenantQuota
 from gateway.telemetry import Metrics
 from policies.admission import (
     AdmissionParams,
@@ -39,6 +39,11 @@ DISPATCH_TICK_S = 0.02
 DISPATCH_PER_TICK = 4  # engine gauges lag: pace dispatches so one tick cannot flood an endpoint
 
 Snapshots = Callable[[], Sequence[EndpointSnapshot]]
+_TENANT_REASONS = {
+    "requests": Reason.TENANT_RATE_LIMITED,
+    "tokens": Reason.TENANT_TOKEN_LIMITED,
+    "concurrency": Reason.TENANT_CONCURRENCY_LIMITED,
+}
 _MESSAGES = {
     Reason.TENANT_RATE_LIMITED: "Your tenant's request rate limit is reached; retry later.",
     Reason.TENANT_TOKEN_LIMITED: "Your tenant's token rate limit is reached; retry later.",
@@ -53,10 +58,6 @@ _MESSAGES = {
 
 def rejection(status: int, reason: Reason, retry_after_s: float) -> Rejected:
     return Rejected(_MESSAGES[reason], status=status, reason=reason, retry_after_s=retry_after_s)
-
-
-def tenant_scope(tenant: str) -> str:
-    return f"tenant:{tenant}:concurrency"
 
 
 @dataclass(eq=False)
@@ -175,53 +176,29 @@ class Admission:
         return any(has_headroom(s, waiter.route.slo, self.params) for s in states.values())
 
     async def admit_tenant(self, route: RouteRequest) -> None:
-        """Tenant limits, checked concurrently against the shared counters."""
+        """Every limit of the tenant in one atomic call to the shared store (one round trip)."""
         limits = self.limits.get(route.tenant)
         if limits is None or not (
             limits.requests_per_min or limits.tokens_per_min or limits.max_concurrent
         ):
             return
-        now = time.time()
-        cost_tokens = route.prompt_tokens + (route.max_tokens or 0)
-        outcome = await asyncio.gather(
-            self._window(route.tenant, "requests", 1, limits.requests_per_min, now),
-            self._window(route.tenant, "tokens", cost_tokens, limits.tokens_per_min, now),
-            self._concurrency(route, limits.max_concurrent, now),
+        quota = TenantQuota(
+            limits.requests_per_min, limits.tokens_per_min, limits.max_concurrent, TENANT_WINDOW_S
         )
-        refused = [reason for reason in outcome if reason is not None]
-        if refused:
-            if limits.max_concurrent and Reason.TENANT_CONCURRENCY_LIMITED not in refused:
-                self.finished(route)
-            raise self._shed(route, 429, refused[0], TENANT_WINDOW_S / 6)
-
-    async def _window(
-        self, tenant: str, unit: str, cost: int, limit: int | None, now: float
-    ) -> Reason | None:
-        if limit is None:
-            return None
-        key = f"tenant:{tenant}:{unit}"
-        added, _ = await self.store.try_hit(
-            key, cost=cost, limit=limit, window_s=TENANT_WINDOW_S, now=now
+        verdict = await self.store.admit_tenant(
+            route.tenant,
+            route.request_id,
+            tokens=route.prompt_tokens + (route.max_tokens or 0),
+            quota=quota,
+            ttl_s=self.lease_ttl_s,
+            now=time.time(),
         )
-        if added:
-            return None
-        return Reason.TENANT_RATE_LIMITED if unit == "requests" else Reason.TENANT_TOKEN_LIMITED
-
-    async def _concurrency(
-        self, route: RouteRequest, limit: int | None, now: float
-    ) -> Reason | None:
-        if limit is None:
-            return None
-        scope = tenant_scope(route.tenant)
-        taken = await self.store.try_acquire(
-            scope, route.request_id, limit=limit, ttl_s=self.lease_ttl_s, now=now
-        )
-        return None if taken else Reason.TENANT_CONCURRENCY_LIMITED
+        if verdict != "admitted":
+            raise self._shed(route, 429, _TENANT_REASONS[verdict], TENANT_WINDOW_S / 6)
 
     def finished(self, route: RouteRequest) -> None:
         """Give back the tenant's concurrency slot (a no-op for tenants without one)."""
         limits = self.limits.get(route.tenant)
         if limits is not None and limits.max_concurrent:
-            scope = tenant_scope(route.tenant)
-            now = time.time()
-            self.background.spawn(self.store.release_scope(scope, route.request_id, now=now))
+            release = self.store.release_tenant(route.tenant, route.request_id, now=time.time())
+            self.background.spawn(release)

@@ -21,12 +21,19 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
-from gateway.stats.base import EndpointStats, LatencySample, StatsStore
+from gateway.stats.base import (
+    EndpointStats,
+    LatencySample,
+    StatsStore,
+    TenantQuota,
+    TenantVerdict,
+)
 from gateway.stats.breaker import BreakerPolicy, BreakerState
 from gateway.stats.memory import MemoryStatsStore
 from gateway.telemetry import log
 
 T = TypeVar("T")
+Release = Callable[[StatsStore], Awaitable[None]]
 _FAILURES = (RedisError, OSError, TimeoutError)
 WATCH_INTERVAL_S = 1.0
 
@@ -47,7 +54,7 @@ class ResilientStore:
         self.timeout_s = timeout_s
         self.up = True
         self._ping = ping
-        self._unreleased: list[tuple[str, str, bool]] = []  # (key, request_id, is_scope)
+        self._unreleased: list[Release] = []  # replayed on Redis once it is back
 
     async def _run(self, op: Callable[[StatsStore], Awaitable[T]]) -> T:
         if self.up:
@@ -74,40 +81,31 @@ class ResilientStore:
         try:
             async with asyncio.timeout(self.timeout_s):
                 await self._ping()
-                for key, request_id, is_scope in self._unreleased:
-                    await self._release_on(self.primary, key, request_id, is_scope)
+                for release in self._unreleased:
+                    await release(self.primary)
         except _FAILURES:
             return
         self._unreleased.clear()
         self.up = True
         log.warning("shared store is back; shared state resumed")
 
-    async def _release_on(
-        self, store: StatsStore, key: str, request_id: str, is_scope: bool
-    ) -> None:
-        now = time.time()
-        if is_scope:
-            await store.release_scope(key, request_id, now=now)
-        else:
-            await store.release(key, request_id, now=now)
-
-    async def _release(self, key: str, request_id: str, is_scope: bool) -> None:
+    async def _release(self, release: Release) -> None:
         # Released on both sides: the lease may have been taken before or during an outage.
-        await self._release_on(self.fallback, key, request_id, is_scope)
+        await release(self.fallback)
         if self.up:
             try:
                 async with asyncio.timeout(self.timeout_s):
-                    await self._release_on(self.primary, key, request_id, is_scope)
+                    await release(self.primary)
                 return
             except _FAILURES as exc:
                 self._mark_down(exc)
-        self._unreleased.append((key, request_id, is_scope))
+        self._unreleased.append(release)
 
     async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
         return await self._run(lambda s: s.acquire(endpoint_id, request_id, ttl_s=ttl_s, now=now))
 
     async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
-        await self._release(endpoint_id, request_id, is_scope=False)
+        await self._release(lambda s: s.release(endpoint_id, request_id, now=time.time()))
 
     async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
         return await self._run(lambda s: s.read(endpoint_ids, now=now))
@@ -136,7 +134,26 @@ class ResilientStore:
         )
 
     async def release_scope(self, scope: str, request_id: str, *, now: float) -> None:
-        await self._release(scope, request_id, is_scope=True)
+        await self._release(lambda s: s.release_scope(scope, request_id, now=time.time()))
+
+    async def admit_tenant(
+        self,
+        tenant: str,
+        request_id: str,
+        *,
+        tokens: int,
+        quota: TenantQuota,
+        ttl_s: float,
+        now: float,
+    ) -> TenantVerdict:
+        return await self._run(
+            lambda s: s.admit_tenant(
+                tenant, request_id, tokens=tokens, quota=quota, ttl_s=ttl_s, now=now
+            )
+        )
+
+    async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None:
+        await self._release(lambda s: s.release_tenant(tenant, request_id, now=time.time()))
 
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy

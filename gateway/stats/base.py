@@ -9,6 +9,8 @@ Callers pass `now` (unix seconds, wall clock: replicas compare it) so tests can 
                     under a limit (tenant concurrency)
     estimates       observe a finished request; read() returns rolling estimates (window.py)
     rate windows    hit / try_hit: cost in the last window_s, exact across replicas
+    tenants         admit_tenant: every limit of a tenant checked and counted at once, or none;
+                    release_tenant gives the concurrency slot back
     health          record_result / claim_trial: the shared circuit breaker (breaker.py);
                     cool_down: a provider's Retry-After, shared
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from gateway.stats.breaker import BreakerPolicy, BreakerState
 from policies.base import LatencyEstimate
@@ -36,6 +38,19 @@ class LatencySample:
     tpot_s: float | None
     e2e_s: float
     in_flight: int = 0  # gateway-wide leases when the request started
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuota:
+    """A tenant's limits (None: unlimited); the rate limits count over `window_s`."""
+
+    requests: int | None = None
+    tokens: int | None = None
+    concurrent: int | None = None
+    window_s: float = 60.0
+
+
+TenantVerdict = Literal["admitted", "requests", "tokens", "concurrency"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +99,21 @@ class StatsStore(Protocol):
         ...
 
     async def release_scope(self, scope: str, request_id: str, *, now: float) -> None: ...
+
+    async def admit_tenant(
+        self,
+        tenant: str,
+        request_id: str,
+        *,
+        tokens: int,
+        quota: TenantQuota,
+        ttl_s: float,
+        now: float,
+    ) -> TenantVerdict:
+        """Check every limit; count the request against all of them only if all pass."""
+        ...
+
+    async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None: ...
 
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy

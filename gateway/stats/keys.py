@@ -5,6 +5,8 @@
     <prefix>{ep:<endpoint>}:health        hash  breaker state and provider cooldown
     <prefix>{scope:<scope>}:leases        zset  concurrency-limited leases (e.g. a tenant)
     <prefix>{rate:<key>}                  hash  rate-window slot -> cost
+    <prefix>{tenant:<tenant>}:<part>      hash/zset  a tenant's requests and tokens windows and
+                                          concurrency leases, one slot so one script admits
 
 The prefix is versioned (`sg:v1:`): a change of layout bumps it, so old and new replicas never
 read each other's keys. The `{...}` hash tag puts all of an endpoint's keys in one Redis Cluster
@@ -49,6 +51,9 @@ class KeySpace:
 
     def rate(self, key: str) -> str:
         return f"{self.prefix}{{rate:{key}}}"
+
+    def tenant(self, tenant: str, part: str) -> str:
+        return f"{self.prefix}{{tenant:{tenant}}}:{part}"
 
     def pattern(self) -> str:
         """A SCAN pattern for every key under this prefix (admin and tests)."""

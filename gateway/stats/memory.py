@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from gateway.stats import window
-from gateway.stats.base import EndpointStats, LatencySample
+from gateway.stats.base import EndpointStats, LatencySample, TenantQuota, TenantVerdict
 from gateway.stats.breaker import BreakerPolicy, BreakerState, after_result, after_trial_claim
 from gateway.stats.rate import slot_range
 from policies.base import LatencyEstimate
@@ -83,6 +83,42 @@ class MemoryStatsStore:
         self, key: str, *, cost: int, limit: int, window_s: float, now: float
     ) -> tuple[bool, int]:
         return self._rate(key, cost, limit, window_s, now)
+
+    async def admit_tenant(
+        self,
+        tenant: str,
+        request_id: str,
+        *,
+        tokens: int,
+        quota: TenantQuota,
+        ttl_s: float,
+        now: float,
+    ) -> TenantVerdict:
+        requests_key, tokens_key = f"tenant:{tenant}:requests", f"tenant:{tenant}:tokens"
+        if (
+            quota.requests is not None
+            and self._total(requests_key, quota, now) + 1 > quota.requests
+        ):
+            return "requests"
+        if quota.tokens is not None and self._total(tokens_key, quota, now) + tokens > quota.tokens:
+            return "tokens"
+        if quota.concurrent is not None:
+            leases = _live(self._scopes, f"tenant:{tenant}", now)
+            if len(leases) >= quota.concurrent:
+                return "concurrency"
+            leases[request_id] = now + ttl_s
+        if quota.requests is not None:
+            self._rate(requests_key, 1, None, quota.window_s, now)
+        if quota.tokens is not None:
+            self._rate(tokens_key, tokens, None, quota.window_s, now)
+        return "admitted"
+
+    async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None:
+        self._scopes.get(f"tenant:{tenant}", {}).pop(request_id, None)
+
+    def _total(self, key: str, quota: TenantQuota, now: float) -> int:
+        _, total = self._rate(key, 0, None, quota.window_s, now)
+        return total
 
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy

@@ -28,19 +28,21 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 from gateway.stats import keys, window
-from gateway.stats.base import EndpointStats, LatencySample
+from gateway.stats.base import EndpointStats, LatencySample, TenantQuota, TenantVerdict
 from gateway.stats.breaker import BreakerPolicy, BreakerState
 from gateway.stats.keys import KeySpace
 from gateway.stats.rate import slot_range, slot_ttl_s
 
-_SCRIPTS = (
+SCRIPTS = (
     "lease_acquire",
     "observe",
     "rate_window",
     "breaker_record",
     "breaker_trial",
     "cool_down",
+    "tenant_admit",
 )
+_VERDICTS: tuple[TenantVerdict, ...] = ("admitted", "requests", "tokens", "concurrency")
 _NO_LIMIT = -1
 
 
@@ -76,7 +78,7 @@ class RedisStatsStore:
         self._owns_client = owns_client
         self._bucket_count = math.ceil(window_s / bucket_s)
         self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(_script_source(name)) for name in _SCRIPTS
+            name: client.register_script(_script_source(name)) for name in SCRIPTS
         }
 
     @classmethod
@@ -140,6 +142,39 @@ class RedisStatsStore:
     ) -> tuple[bool, int]:
         return await self._rate(key, cost, limit, window_s, now)
 
+    async def admit_tenant(
+        self,
+        tenant: str,
+        request_id: str,
+        *,
+        tokens: int,
+        quota: TenantQuota,
+        ttl_s: float,
+        now: float,
+    ) -> TenantVerdict:
+        current, oldest = slot_range(now, quota.window_s)
+        parts = ("requests", "tokens", "concurrency")
+        reply = await self._scripts["tenant_admit"](
+            keys=[self.keys.tenant(tenant, part) for part in parts],
+            args=[
+                current,
+                oldest,
+                _limit(quota.requests),
+                tokens,
+                _limit(quota.tokens),
+                keys.ttl_ms(slot_ttl_s(quota.window_s)),
+                now,
+                now + ttl_s,
+                request_id,
+                keys.ttl_ms(ttl_s + keys.TTL_MARGIN_S),
+                _limit(quota.concurrent),
+            ],
+        )
+        return _VERDICTS[int(reply)]
+
+    async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None:
+        await self.client.zrem(self.keys.tenant(tenant, "concurrency"), request_id)
+
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
     ) -> BreakerState:
@@ -189,6 +224,10 @@ class RedisStatsStore:
 
     def _health_ttl(self) -> int:
         return keys.ttl_ms(keys.HEALTH_TTL_S)
+
+
+def _limit(value: int | None) -> int:
+    return _NO_LIMIT if value is None else value
 
 
 def _stats(replies: Sequence[Any], weights: Sequence[float]) -> EndpointStats:
