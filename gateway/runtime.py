@@ -52,6 +52,24 @@ def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, s
     return ResilientStore(redis, memory, client.ping, timeout_s=state.redis_timeout_s), "redis"
 
 
+def _watchers(
+    config: GatewayConfig, store: StatsStore, upstream: Upstream
+) -> tuple[Scraper, HealthChecker]:
+    """Engine scraping and health probes, sharing the upstream connection pool."""
+    state = config.state
+    scraper = Scraper(
+        config.endpoints,
+        upstream.client,
+        interval_s=state.scrape_interval_s,
+        stale_after_s=state.scrape_stale_after_s,
+    )
+    breaker = BreakerPolicy(state.breaker_failures, state.breaker_cooldown_s)
+    health = HealthChecker(
+        config.endpoints, store, upstream.client, policy=breaker, interval_s=state.health_interval_s
+    )
+    return scraper, health
+
+
 @dataclass
 class Runtime:
     config: GatewayConfig
@@ -78,22 +96,8 @@ class Runtime:
         metrics, background = Metrics(), Background()
         registry = Registry(config.endpoints)
         upstream = Upstream(config.server)
-        state = config.state
-        view = SharedView(store, [e.id for e in config.endpoints], state.refresh_s)
-        scraper = Scraper(
-            config.endpoints,
-            upstream.client,
-            interval_s=state.scrape_interval_s,
-            stale_after_s=state.scrape_stale_after_s,
-        )
-        breaker = BreakerPolicy(state.breaker_failures, state.breaker_cooldown_s)
-        health = HealthChecker(
-            config.endpoints,
-            store,
-            upstream.client,
-            policy=breaker,
-            interval_s=state.health_interval_s,
-        )
+        view = SharedView(store, [e.id for e in config.endpoints], config.state.refresh_s)
+        scraper, health = _watchers(config, store, upstream)
         leases = LeaseBook(store, view, metrics, background, config.server.lease_ttl_s)
         finisher = Finisher(leases, registry, health, view, metrics, background)
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}

@@ -21,7 +21,11 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
+        self._requests(self.registry)
+        self._admission(self.registry)
+        self._endpoints(self.registry)
+
+    def _requests(self, r: CollectorRegistry) -> None:
         self.requests = Counter(
             "slo_gateway_requests",
             "Requests by outcome (ok, client_error, rejected, upstream_error, cancelled).",
@@ -60,6 +64,8 @@ class Metrics:
             buckets=DECISION_BUCKETS_S,
             registry=r,
         )
+
+    def _admission(self, r: CollectorRegistry) -> None:
         self.slo = Counter(
             "slo_gateway_slo",
             "Finished requests judged against their class's targets (result: met or missed).",
@@ -81,6 +87,8 @@ class Metrics:
         self.queue_depth = Gauge(
             "slo_gateway_queue_depth", "Requests waiting in the deadline queue now.", registry=r
         )
+
+    def _endpoints(self, r: CollectorRegistry) -> None:
         self.redis_up = Gauge(
             "slo_gateway_redis_up",
             "1 when shared state is served by Redis, 0 when this replica fell back to memory.",
