@@ -9,6 +9,7 @@ import typer
 import uvicorn
 
 from gateway.app import create_app
+from gateway.protocol import bounded_protocol
 from gateway.settings import ConfigError, Settings, load_config
 
 cli = typer.Typer(
@@ -43,6 +44,8 @@ def serve(
         port=port or settings.port,
         log_level=settings.log_level,
         lifespan="on",
+        timeout_graceful_shutdown=gateway_config.server.drain_timeout_s,
+        http=bounded_protocol(gateway_config.server.max_header_bytes),
     )
 
 

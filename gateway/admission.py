@@ -87,6 +87,7 @@ class Admission:
         self._queue: DeadlineQueue[_Waiter] = DeadlineQueue(params.queue_max_size)
         self._queued: Counter[str] = Counter()  # waiting requests per model
         self._wake = asyncio.Event()
+        self._largest_pool_tokens: int | None = None  # the largest engine KV pool scraped
 
     def reconfigure(self, params: AdmissionParams, limits: Mapping[str, TenantLimits]) -> None:
         """New parameters for new decisions; the queue keeps its waiters."""
@@ -97,6 +98,9 @@ class Admission:
     def saturation(self, snapshots: Sequence[EndpointSnapshot]) -> dict[str, Saturation]:
         states = next_saturations(self.states, snapshots, self.params)
         self.states.update(states)
+        pools = [s.engine.kv_capacity_tokens for s in snapshots if s.engine is not None]
+        if any(pools):
+            self._largest_pool_tokens = max(pool or 0 for pool in pools)
         return states
 
     async def admit(self, route: RouteRequest, snapshots: Snapshots) -> list[EndpointSnapshot]:
@@ -119,8 +123,15 @@ class Admission:
         return eligible or list(current)
 
     def footprint(self, route: RouteRequest) -> int:
-        """KV tokens the request will hold at most: its prompt plus its output."""
-        return route.prompt_tokens + (route.max_tokens or self.params.default_output_tokens)
+        """KV tokens the request will hold at most: its prompt plus its output.
+
+        A request larger than every KV pool can never be served (vLLM's max_model_len fits in
+        its pool), so its endpoint refuses it with a 400 at once: it holds nothing, and must
+        not wait in the queue for room that never comes.
+        """
+        tokens = route.prompt_tokens + (route.max_tokens or self.params.default_output_tokens)
+        largest = self._largest_pool_tokens
+        return 0 if largest is not None and tokens > largest else tokens
 
     def _states_for(
         self, route: RouteRequest, snapshots: Sequence[EndpointSnapshot]

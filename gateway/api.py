@@ -11,10 +11,11 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from gateway import tokens
+from gateway import openapi, tokens, tracing
 from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
 from gateway.outcome import body_result, stream_result
 from gateway.proxy import UpstreamCall, relay
+from gateway.record import note_route
 from gateway.router import ClientGone, Routed
 from gateway.runtime import Runtime
 from gateway.sse import StreamWatch
@@ -32,22 +33,22 @@ class Fields:
     max_tokens: int | None
 
 
-@routes.post("/v1/chat/completions")
+@routes.post("/v1/chat/completions", openapi_extra=openapi.completion_route(openapi.CHAT_BODY))
 async def chat_completions(request: Request) -> Response:
     return await handle(request, "/chat/completions", "chat")
 
 
-@routes.post("/v1/completions")
+@routes.post("/v1/completions", openapi_extra=openapi.completion_route(openapi.COMPLETION_BODY))
 async def completions(request: Request) -> Response:
     return await handle(request, "/completions", "completions")
 
 
-@routes.post("/v1/embeddings")
+@routes.post("/v1/embeddings", openapi_extra=openapi.completion_route(openapi.EMBEDDINGS_BODY))
 async def embeddings(request: Request) -> Response:
     return await handle(request, "/embeddings", "embeddings")
 
 
-@routes.get("/v1/models")
+@routes.get("/v1/models", openapi_extra=openapi.models_route())
 async def models(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     runtime.keyring.caller(request.headers.get("authorization"))
@@ -81,7 +82,9 @@ async def handle(request: Request, path: str, kind: Kind) -> Response:
         stream=fields.stream,
         seq=runtime.next_seq(),
     )
-    await runtime.admission.admit_tenant(route)
+    note_route(route, body)
+    with tracing.span("admission"):
+        await runtime.admission.admit_tenant(route)
     try:
         ranking = await runtime.router.decide(route)
         call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream)
@@ -143,7 +146,7 @@ async def read_body(request: Request, max_bytes: int) -> dict[str, Any]:
             raise _too_large(max_bytes)
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # nesting too deep
         raise InvalidRequest(
             f"The request body is not valid JSON ({exc}). Send a JSON object with "
             "'Content-Type: application/json'.",

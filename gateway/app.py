@@ -16,8 +16,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import api, ops
+from gateway import api, dashboard, logs, ops, tracing
 from gateway.errors import GatewayError, InvalidRequest
+from gateway.observe import RequestObserver
 from gateway.reload import ConfigReloader
 from gateway.runtime import Runtime
 from gateway.settings import GatewayConfig, Settings
@@ -35,12 +36,16 @@ def create_app(
 ) -> FastAPI:
     """`config_path`, when given, is watched (and re-read on SIGHUP) for hot reloads."""
     settings = settings or Settings()
+    tracing.configure()
+    if settings.request_log:
+        logs.configure()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime = Runtime.build(config, settings, store)
         app.state.runtime = runtime
         runtime.start()
+        app.state.history = dashboard.watch(runtime, settings.dashboard_sample_s)
         if config_path is not None:
             _watch(runtime, config_path)
         try:
@@ -62,6 +67,10 @@ def create_app(
     )
     app.include_router(api.routes)
     app.include_router(ops.routes)
+    app.include_router(dashboard.routes)
+    app.add_middleware(
+        RequestObserver, request_log=settings.request_log, log_prompts=settings.log_prompts
+    )
     app.add_middleware(RequestIdMiddleware)
     return app
 

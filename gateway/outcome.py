@@ -15,6 +15,7 @@ from gateway.background import Background
 from gateway.health import HealthChecker
 from gateway.leases import LeaseBook
 from gateway.proxy import AttemptFailed, Opened
+from gateway.record import note_result
 from gateway.registry import Registry
 from gateway.signals import parse_rate_limits
 from gateway.sse import StreamWatch
@@ -95,6 +96,7 @@ class Finisher:
 
     def finish(self, opened: Opened, request: RouteRequest, result: Finished) -> None:
         """Account for a request that got an upstream response (closing it in the background)."""
+        note_result(result)
         endpoint_id = opened.endpoint.id
         self.background.spawn(opened.response.aclose())
         self.leases.drop(endpoint_id, request.request_id)

@@ -15,15 +15,30 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
+from gateway import tracing
 from gateway.settings import EndpointConfig, ServerConfig
 from gateway.signals import classify_error
 from gateway.sse import StreamWatch, error_event
 
 CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
 RELAYED_HEADERS = ("content-type",)
+
+
+class MappedAiohttpTransport(AiohttpTransport):
+    """httpx-aiohttp maps only some aiohttp errors to httpx's. A malformed response (a header
+    over aiohttp's 8 KiB line limit, a bad status line) raises aiohttp.ClientResponseError,
+    which every caller of the client (forwarding, health probes, scrapes) would miss: map the
+    rest at this boundary."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await super().handle_async_request(request)
+        except aiohttp.ClientError as exc:
+            raise httpx.RemoteProtocolError(str(exc), request=request) from exc
 
 
 def is_retryable(status: int) -> bool:
@@ -78,7 +93,7 @@ class Upstream:
         self.server = server
         limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
         self.client = httpx.AsyncClient(
-            transport=AiohttpTransport(trust_env=False, limits=limits),
+            transport=MappedAiohttpTransport(trust_env=False, limits=limits),
             timeout=httpx.Timeout(
                 connect=server.connect_timeout_s,
                 read=server.idle_stream_timeout_s,
@@ -120,6 +135,7 @@ class Upstream:
         key = endpoint.api_key()
         if key:
             headers["authorization"] = f"Bearer {key}"
+        tracing.inject(headers)
         url = endpoint.base_url.rstrip("/") + call.path
         return self.client.build_request("POST", url, headers=headers, content=json.dumps(body))
 
@@ -134,11 +150,17 @@ class Upstream:
         if status >= 300 and status not in CLIENT_FAULT_STATUSES:
             await _raise_for_status(endpoint, response)
         if not stream or status >= 300:
-            return b"".join([chunk async for chunk in chunks])
+            return _redacted(endpoint, b"".join([chunk async for chunk in chunks]))
         async for chunk in chunks:
             if chunk:
                 return chunk
         raise AttemptFailed(endpoint.id, "empty_stream")
+
+
+def _redacted(endpoint: EndpointConfig, body: bytes) -> bytes:
+    """A whole body minus the endpoint's API key, should a careless upstream echo it."""
+    key = endpoint.api_key()
+    return body.replace(key.encode(), b"[redacted]") if key else body
 
 
 async def _raise_for_status(endpoint: EndpointConfig, response: httpx.Response) -> None:

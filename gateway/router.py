@@ -19,6 +19,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
+from gateway import tracing
 from gateway.admission import Admission
 from gateway.errors import (
     GatewayError,
@@ -29,6 +30,7 @@ from gateway.errors import (
 )
 from gateway.outcome import Finisher
 from gateway.proxy import AttemptFailed, Opened, Upstream, UpstreamCall
+from gateway.record import note_attempt, note_ranking
 from gateway.registry import Registry
 from gateway.scraper import Scraper
 from gateway.settings import EndpointConfig, ServerConfig
@@ -109,9 +111,11 @@ class Router:
                 headers={"retry-after": "1"},
             )
         admitted_at = time.perf_counter()
-        eligible = await self.admission.admit(request, lambda: self.snapshots(request.model))
+        with tracing.span("admission"):
+            eligible = await self.admission.admit(request, lambda: self.snapshots(request.model))
         waited_s = time.perf_counter() - admitted_at
-        ranking = self.policy.rank(request, eligible, self.rng)
+        with tracing.span("routing"):
+            ranking = self.policy.rank(request, eligible, self.rng)
         ranking = _only_candidates(ranking, {c.endpoint_id for c in eligible})
         self.metrics.decision.observe(max(0.0, time.perf_counter() - started - waited_s))
         if not ranking.endpoints:
@@ -119,6 +123,7 @@ class Router:
                 "The routing policy found no endpoint for this request.", code="no_endpoint"
             )
         self._log(request, ranking, waited_s)
+        note_ranking(ranking, waited_s)
         return ranking
 
     def _log(self, request: RouteRequest, ranking: Ranking, waited_s: float) -> None:
@@ -131,7 +136,9 @@ class Router:
                 "model": request.model,
                 "prompt_tokens": request.prompt_tokens,
                 "ranking": [s.endpoint_id for s in ranking.endpoints],
+                "policy": self.policy.name,
                 "predicted_ttft_s": ranking.predicted_ttft_s,
+                "predicted_ttft_p95_s": ranking.predicted_ttft_p95_s,
                 "at_risk": ranking.at_risk,
                 "reason": ranking.reason,
                 "queued_s": round(waited_s, 4),
@@ -161,7 +168,7 @@ class Router:
     async def _open(self, call: UpstreamCall, request: RouteRequest, ranking: Ranking) -> Routed:
         order = [self.registry.endpoints[s.endpoint_id] for s in ranking.endpoints]
         retrying = AsyncRetrying(
-            stop=self._stop,
+            stop=self._stop(order),
             wait=self._wait(order),
             retry=retry_if_exception_type(AttemptFailed),
             reraise=True,
@@ -177,11 +184,17 @@ class Router:
             raise _final_error(last) from None
         raise AssertionError("unreachable: tenacity either returns or re-raises")
 
-    def _stop(self, state: RetryCallState) -> bool:
-        if state.attempt_number >= self.server.max_attempts:
-            return True
-        failure = state.outcome.exception() if state.outcome else None
-        return isinstance(failure, AttemptFailed) and failure.quota_exhausted
+    def _stop(self, order: Sequence[EndpointConfig]) -> Callable[[RetryCallState], bool]:
+        def stop(state: RetryCallState) -> bool:
+            if state.attempt_number >= self.server.max_attempts:
+                return True
+            failure = state.outcome.exception() if state.outcome else None
+            if not isinstance(failure, AttemptFailed) or not failure.quota_exhausted:
+                return False
+            # Out of quota: retrying that endpoint is useless, but the next one may serve.
+            return order[state.attempt_number % len(order)].id == failure.endpoint_id
+
+        return stop
 
     def _wait(self, order: Sequence[EndpointConfig]) -> Callable[[RetryCallState], float]:
         limit_s = self.server.max_retry_after_s
@@ -199,8 +212,10 @@ class Router:
         self, endpoint: EndpointConfig, call: UpstreamCall, request: RouteRequest
     ) -> Opened:
         self.finisher.start(endpoint.id, call.request_id, self.admission.footprint(request))
+        note_attempt(endpoint.id)
         try:
-            return await self.upstream.open(endpoint, call)
+            with tracing.upstream_span(endpoint, call):
+                return await self.upstream.open(endpoint, call)
         except AttemptFailed as failure:
             self.finisher.failed_attempt(endpoint.id, request, failure)
             raise

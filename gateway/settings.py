@@ -13,6 +13,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -53,6 +54,9 @@ class EndpointConfig(_Strict):
     def _url(self) -> EndpointConfig:
         if not self.base_url.startswith(("http://", "https://")):
             raise ValueError("base_url must start with http:// or https://")
+        for url in (self.base_url, self.metrics_url or ""):
+            if "@" in urlsplit(url).netloc:  # URLs reach error messages; secrets must not
+                raise ValueError("URLs must not carry credentials: set api_key_env instead")
         return self
 
     @property
@@ -127,6 +131,10 @@ class ServerConfig(_Strict):
     max_retry_after_s: float = Field(5.0, ge=0)
     lease_ttl_s: float = Field(300.0, gt=0)
     admin_key_env: str | None = None
+    # On SIGTERM: stop accepting, let in-flight requests finish this long, then cut them;
+    # keep it under the orchestrator's grace period (Kubernetes: minus the preStop sleep).
+    drain_timeout_s: int = Field(90, ge=1)
+    max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line + headers")
 
 
 class StateConfig(_Strict):
@@ -217,3 +225,6 @@ class Settings(BaseSettings):
     )
     redis_prefix: str | None = None  # namespaces keys when deployments share one Redis
     log_level: str = "info"
+    request_log: bool = True  # one JSON line per API request on stdout (gateway/logs.py)
+    log_prompts: bool = False  # debug only: adds prompt text to those lines
+    dashboard_sample_s: float = Field(2.0, gt=0)  # the dashboard's history ring samples every

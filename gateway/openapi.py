@@ -1,0 +1,109 @@
+"""The OpenAPI description of the OpenAI routes' request bodies and error responses.
+
+The routes read raw bodies (parsing stays opaque and fast, see api.py), so FastAPI cannot infer
+their schemas; these are attached with `openapi_extra`. Each body schema states exactly what the
+gateway itself checks, no more: a field the gateway passes through untouched (temperature,
+tools, ...) accepts anything here, because the endpoint, not the gateway, judges it. Every
+error the gateway answers has OpenAI's shape, `ERROR`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_POSITIVE_INT_OR_NULL = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]}
+_PASSED_THROUGH = "Any other OpenAI field is passed to the endpoint untouched."
+_COMMON = {
+    "model": {"type": "string", "minLength": 1, "description": "A public model name."},
+    "stream": {"type": ["boolean", "null"]},
+    "max_tokens": _POSITIVE_INT_OR_NULL,
+    "max_completion_tokens": _POSITIVE_INT_OR_NULL,
+}
+
+CHAT_BODY: dict[str, Any] = {
+    "type": "object",
+    "description": _PASSED_THROUGH,
+    "required": ["model", "messages"],
+    "properties": _COMMON
+    | {
+        "messages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["role"],
+                "properties": {"role": {"type": "string"}},
+            },
+        }
+    },
+}
+COMPLETION_BODY: dict[str, Any] = {
+    "type": "object",
+    "description": _PASSED_THROUGH,
+    "required": ["model", "prompt"],
+    "properties": _COMMON | {"prompt": {"type": ["string", "array"]}},
+}
+EMBEDDINGS_BODY: dict[str, Any] = {
+    "type": "object",
+    "description": _PASSED_THROUGH,
+    "required": ["model", "input"],
+    "properties": _COMMON | {"input": {"type": ["string", "array"]}},
+}
+
+ERROR: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "integer", "null"]},
+            },
+        }
+    },
+}
+_ERROR_STATUSES = {
+    "400": "Malformed JSON or an invalid field (also an endpoint's own 400, relayed).",
+    "401": "Missing or unknown API key.",
+    "403": "An SLO class this API key may not use.",
+    "404": "Unknown model.",
+    "413": "The body exceeds server.max_body_bytes.",
+    "422": "The endpoint refused the request (relayed).",
+    "429": "A tenant limit, shedding, or every endpoint rate limited; see Retry-After.",
+    "502": "Every endpoint tried failed before responding.",
+    "503": "No endpoint available, or the admission queue deadline passed; see Retry-After.",
+    "504": "No endpoint answered within the first-byte timeout.",
+}
+_SLO_CLASS = {
+    "name": "x-slo-class",
+    "in": "header",
+    "required": False,
+    "description": "An SLO class the API key's tenant may use (else its default class).",
+    "schema": {"type": "string"},
+}
+
+
+def error_responses(statuses: dict[str, str]) -> dict[str, Any]:
+    body = {"application/json": {"schema": ERROR}}
+    return {status: {"description": text, "content": body} for status, text in statuses.items()}
+
+
+def completion_route(body: dict[str, Any]) -> dict[str, Any]:
+    """`openapi_extra` of a POST route that reads `body` and may stream."""
+    ok = {
+        "description": "The endpoint's answer: JSON, or SSE when streaming.",
+        "content": {"application/json": {"schema": {}}, "text/event-stream": {"schema": {}}},
+    }
+    return {
+        "parameters": [_SLO_CLASS],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
+        "responses": {"200": ok} | error_responses(_ERROR_STATUSES),
+    }
+
+
+def models_route() -> dict[str, Any]:
+    return {"responses": error_responses({"401": _ERROR_STATUSES["401"]})}

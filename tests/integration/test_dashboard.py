@@ -1,0 +1,306 @@
+"""The dashboard on a live gateway in front of the simulated fleet: sign-in, the JSON document
+checked against the store and the admin views, and the page in headless Chromium while load
+runs, with one endpoint broken (screenshot: artifacts/dashboard.png).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.app import create_app
+from gateway.dashboard.routes import COOKIE
+from gateway.settings import Settings, parse_config
+from tests.fixtures.gateway import (
+    ADMIN_KEY,
+    OTHER_TENANT_KEY,
+    TENANT_KEY,
+    admin_endpoints,
+    chat_body,
+    config,
+    endpoint,
+    engine,
+    fleet_member,
+    provider,
+    runtime_of,
+    set_faults,
+)
+from tests.fixtures.servers import UvicornThread
+
+pytestmark = pytest.mark.integration
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+ARTIFACT = Path(__file__).resolve().parents[2] / "artifacts" / "dashboard.png"
+ENDPOINTS = ("vllm-a", "vllm-b", "hosted")
+
+
+@dataclass
+class Stack:
+    gateway: UvicornThread
+    members: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        return self.gateway.base_url
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    """Two engines and a hosted provider behind one gateway that samples every 0.5 s."""
+    with (
+        fleet_member(engine()) as a,
+        fleet_member(engine()) as b,
+        fleet_member(provider()) as hosted,
+    ):
+        data = config(
+            [
+                endpoint("vllm-a", a),
+                endpoint("vllm-b", b),
+                endpoint("hosted", hosted, "openai", price={"input_per_1m": 0.5}),
+            ],
+            policy={"name": "slo_aware", "explore_fraction": 0.0},
+            state={"health_interval_s": 0.5, "breaker_failures": 2, "breaker_cooldown_s": 120},
+        )
+        data["tenants"]["zeta"]["limits"] = {"requests_per_min": 8}  # so some of it is shed
+        app = create_app(parse_config(data, "test"), Settings(dashboard_sample_s=0.5))
+        with UvicornThread(app) as gateway:
+            yield Stack(gateway, {"vllm-a": a, "vllm-b": b, "hosted": hosted})
+
+
+@contextlib.contextmanager
+def load(base_url: str, clients: int = 3) -> Iterator[None]:
+    """A few closed-loop clients (acme streaming interactive, zeta batch) until the block ends."""
+    stop = threading.Event()
+
+    def client(index: int) -> None:
+        key = OTHER_TENANT_KEY if index == 0 else TENANT_KEY
+        body = chat_body("hello " * (40 + 30 * index), stream=index > 0, max_tokens=12)
+        with httpx.Client(headers={"authorization": f"Bearer {key}"}, timeout=30) as http:
+            while not stop.is_set():
+                with contextlib.suppress(httpx.HTTPError):
+                    http.post(base_url + "/v1/chat/completions", json=body)
+                if index == 0:
+                    stop.wait(0.3)  # zeta's limit sheds some of these
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+
+
+def eventually(check: Callable[[], bool], timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def board(base_url: str, **auth: Any) -> dict[str, Any]:
+    response = httpx.get(base_url + "/admin/dashboard.json", **({"headers": ADMIN} | auth))
+    response.raise_for_status()
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def test_sign_in_sets_a_session_cookie_that_never_holds_the_key(stack: Stack) -> None:
+    url = stack.url + "/dashboard"
+    assert httpx.get(url).status_code == 401
+    assert 'type="password"' in httpx.get(url).text
+    assert httpx.get(url, params={"key": "sk-wrong"}).status_code == 401
+    tenant = {"authorization": f"Bearer {TENANT_KEY}"}
+    assert httpx.get(stack.url + "/admin/dashboard.json", headers=tenant).status_code == 401
+
+    signed = httpx.get(url, params={"key": ADMIN_KEY})
+    assert signed.status_code == 303 and signed.headers["location"] == "dashboard"
+    cookie = signed.headers["set-cookie"]
+    assert ADMIN_KEY not in cookie
+    for flag in ("HttpOnly", "SameSite=strict", "Path=/"):
+        assert flag.lower() in cookie.lower()
+    session = {COOKIE: signed.cookies[COOKIE]}
+
+    page = httpx.get(url, cookies=session)
+    assert page.status_code == 200 and "Endpoints" in page.text
+    assert all(f'data-id="{eid}"' in page.text for eid in ENDPOINTS)  # complete without JS
+    assert "<polyline" in page.text and '<meta http-equiv="refresh"' in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert httpx.get(stack.url + "/admin/dashboard.json", cookies=session).status_code == 200
+    forged = {COOKIE: "9999999999." + session[COOKIE].partition(".")[2]}
+    assert httpx.get(stack.url + "/admin/dashboard.json", cookies=forged).status_code == 401
+
+    form = httpx.post(url, data={"key": ADMIN_KEY})
+    assert form.status_code == 303 and COOKIE in form.cookies
+    assert httpx.get(url, headers=ADMIN).status_code == 200
+    assert httpx.get(stack.url + "/dashboard/static/dashboard.js").status_code == 200
+    assert httpx.get(stack.url + "/dashboard/static/secrets.txt").status_code == 404
+
+
+def test_the_json_agrees_with_the_store_the_admin_views_and_the_counters(stack: Stack) -> None:
+    with load(stack.url):
+        eventually(lambda: len(board(stack.url)["decisions"]) >= 10)
+    zeta_key = {"authorization": f"Bearer {OTHER_TENANT_KEY}"}
+    body = chat_body("hi", max_tokens=1)
+    statuses = [
+        httpx.post(stack.url + "/v1/chat/completions", json=body, headers=zeta_key).status_code
+        for _ in range(10)
+    ]
+    assert statuses.count(429) >= 2
+    time.sleep(0.5)  # idle: every lease released, the shared view refreshed
+    document = board(stack.url)
+    admin = admin_endpoints(stack.url)
+    runtime = runtime_of(stack.gateway)
+    stored = asyncio.run(runtime.store.read(list(ENDPOINTS), now=time.time()))
+    assert [e["id"] for e in document["endpoints"]] == list(ENDPOINTS)
+    for entry in document["endpoints"]:
+        eid = entry["id"]
+        assert entry["phase"] == admin[eid]["phase"]
+        assert entry["in_flight"] == admin[eid]["in_flight"] == stored[eid].in_flight == 0
+        assert entry["breaker"]["phase"] == admin[eid]["breaker"]["phase"]
+        assert entry["estimate"]["samples"] == stored[eid].latency.samples
+        p95_s = stored[eid].latency.ttft_p95_s  # None for an endpoint nothing was sent to
+        assert entry["estimate"]["ttft_p95_s"] == (p95_s and pytest.approx(p95_s, rel=0.05))
+        assert entry["predicted"]["ttft_p95_s"] > 0
+        assert len(entry["history"]["at_s"]) == len(entry["history"]["ttft_p95_s"]) >= 2
+
+    decisions = httpx.get(stack.url + "/admin/decisions", headers=ADMIN).json()["decisions"]
+    newest = [d["request_id"] for d in reversed(decisions)][: len(document["decisions"])]
+    assert [d["request_id"] for d in document["decisions"]] == newest
+    assert all(d["explanation"].startswith("slo_aware chose ") for d in document["decisions"])
+
+    metrics = httpx.get(stack.url + "/metrics").text
+    judged = {c["name"]: c["total"]["requests"] for c in document["classes"]}
+    assert judged == {
+        name: round(counter_sum(metrics, "slo_gateway_slo_total", slo_class=name))
+        for name in ("interactive", "batch")
+    }
+    zeta = next(t for t in document["tenants"] if t["name"] == "zeta")
+    assert zeta["total"]["shed"]["tenant_rate_limited"] >= statuses.count(429)
+    assert zeta["total"]["shed_total"] == round(
+        counter_sum(metrics, "slo_gateway_shed_total", tenant="zeta")
+    )
+    batch = next(c for c in document["classes"] if c["name"] == "batch")
+    assert batch["window"]["shed"] == zeta["window"]["shed"]  # zeta sends only batch
+
+
+def counter_sum(metrics: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for match in re.finditer(rf"^{name}\{{(.*?)\}} (\S+)$", metrics, re.MULTILINE):
+        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += float(match.group(2))
+    return total
+
+
+# --- the page in a real browser --------------------------------------------------------------
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if path := shutil.which(name):
+            return path
+    pytest.skip(
+        "headless Chromium is not installed, so the dashboard browser test cannot run: "
+        "install Debian's package (apt-get install -y chromium)"
+    )
+
+
+def browse(url: str, *action: str) -> str:
+    """Open `url` in a fresh headless profile, let timers run 3 s of virtual time, then act."""
+    with tempfile.TemporaryDirectory() as profile:
+        command = [
+            chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--window-size=1440,1000",
+            "--virtual-time-budget=3000",
+            *action,
+            url,
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=90, check=True)
+        return done.stdout
+
+
+class Rows(HTMLParser):
+    """Table rows of the dumped DOM: (data-list, data-id) -> class and text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[tuple[str, str], dict[str, str]] = {}
+        self.polls = 0
+        self._current: dict[str, str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = {k: v or "" for k, v in attrs}
+        if tag == "body":
+            self.polls = int(found.get("data-polls", "0"))
+        if tag == "tr" and "data-list" in found:
+            self._current = {"class": found.get("class", ""), "text": ""}
+            self.rows[(found["data-list"], found["data-id"])] = self._current
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tr":
+            self._current = None
+
+    def handle_data(self, data: str) -> None:
+        if self._current is not None:
+            self._current["text"] += data
+
+
+def rendered(stack: Stack) -> Rows:
+    rows = Rows()
+    rows.feed(browse(f"{stack.url}/dashboard?key={ADMIN_KEY}", "--dump-dom"))
+    return rows
+
+
+def judged_in_page(rows: Rows, slo_class: str) -> int:
+    """The "Since start" cell: '<attainment>% <n> req · <m> shed'."""
+    match = re.search(r"(\d+) req ·", rows.rows[("classes", slo_class)]["text"])
+    assert match is not None
+    return int(match.group(1))
+
+
+def test_the_page_shows_the_fleet_live_and_marks_the_broken_endpoint(stack: Stack) -> None:
+    chromium()
+    with load(stack.url):
+        eventually(lambda: len(board(stack.url)["decisions"]) >= 5)
+        set_faults(stack.members["vllm-b"], status_code=503)
+        eventually(lambda: admin_endpoints(stack.url)["vllm-b"]["phase"] == "breaker_open")
+        first = rendered(stack)
+        time.sleep(1.5)
+        second = rendered(stack)
+        ARTIFACT.parent.mkdir(exist_ok=True)
+        browse(f"{stack.url}/dashboard?key={ADMIN_KEY}", f"--screenshot={ARTIFACT}")
+
+    assert first.polls >= 1 and second.polls >= 1, "the script never rendered a poll"
+    for page in (first, second):
+        assert {eid for kind, eid in page.rows if kind == "endpoints"} == set(ENDPOINTS)
+        assert {name for kind, name in page.rows if kind == "classes"} == {"interactive", "batch"}
+        assert {name for kind, name in page.rows if kind == "tenants"} == {"acme", "zeta"}
+        broken = page.rows[("endpoints", "vllm-b")]
+        assert broken["class"] == "health-degraded" and "DEGRADED" in broken["text"]
+        assert page.rows[("endpoints", "vllm-a")]["class"] == "health-ok"
+    assert judged_in_page(second, "interactive") > judged_in_page(first, "interactive")
+    assert ARTIFACT.stat().st_size > 10_000

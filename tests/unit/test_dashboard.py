@@ -1,0 +1,152 @@
+"""Dashboard logic without servers: explanations, sessions, health verdicts, counts, drawing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.dashboard.board import judge, tally
+from gateway.dashboard.explain import explain
+from gateway.dashboard.page import SPARK_H, SPARK_W, fmt, points, render
+from gateway.dashboard.readings import Totals
+from gateway.dashboard.routes import session_token, valid_session
+from gateway.settings import SloClassConfig
+
+INTERACTIVE = SloClassConfig(ttft_ms=500, tpot_ms=50, priority=10)
+BATCH = SloClassConfig(deadline_ms=60000, sheddable=True)
+
+
+def decision(**fields: Any) -> dict[str, Any]:
+    base = {
+        "policy": "slo_aware",
+        "ranking": ["vllm-fast", "hosted"],
+        "reason": "slo_met",
+        "predicted_ttft_s": 0.08,
+        "predicted_ttft_p95_s": 0.12,
+        "queued_s": 0.0,
+    }
+    return base | fields
+
+
+def test_explains_an_slo_aware_choice_against_the_class_target() -> None:
+    assert explain(decision(), INTERACTIVE) == (
+        "slo_aware chose vllm-fast (of 2): predicted p95 TTFT 120 ms ≤ 500 ms target; "
+        "the cheapest endpoint predicted to meet the SLO"
+    )
+
+
+def test_explains_an_at_risk_choice_and_a_queue_wait() -> None:
+    text = explain(
+        decision(reason="slo_at_risk", predicted_ttft_p95_s=0.9, queued_s=0.25), INTERACTIVE
+    )
+    assert "predicted p95 TTFT 900 ms > 500 ms target" in text
+    assert "no endpoint is predicted to meet the SLO" in text
+    assert text.endswith("waited 250 ms in the admission queue")
+
+
+def test_explains_deadline_classes_and_policies_without_predictions() -> None:
+    assert "(class deadline 60 s)" in explain(decision(), BATCH)
+    rotation = decision(
+        policy="round_robin",
+        ranking=["e1", "e2", "e3"],
+        reason="rotation",
+        predicted_ttft_s=None,
+        predicted_ttft_p95_s=None,
+    )
+    assert explain(rotation, None) == "round_robin chose e1 (of 3): next in rotation"
+    assert explain(decision(reason="new_reason", ranking=["e1"]), None).endswith("; new_reason")
+
+
+def test_a_session_is_valid_only_for_its_key_and_until_it_expires() -> None:
+    token = session_token("sk-admin", 2_000)
+    assert "sk-admin" not in token
+    assert valid_session("sk-admin", token, now_s=1_999.0)
+    assert not valid_session("sk-admin", token, now_s=2_000.0)
+    assert not valid_session("sk-rotated", token, now_s=1_000.0)
+    forged = "9999999999." + token.partition(".")[2]
+    assert not valid_session("sk-admin", forged, now_s=1_000.0)
+    assert not valid_session("sk-admin", "garbage", now_s=1_000.0)
+
+
+def view(**fields: Any) -> dict[str, Any]:
+    base = {
+        "kind": "vllm",
+        "phase": "available",
+        "last_probe": {"ok": True, "status": 200},
+        "saturation": "open",
+        "engine": {"kv_usage": 0.2},
+    }
+    return base | fields
+
+
+def test_endpoints_out_of_rotation_or_failing_probes_are_degraded() -> None:
+    assert judge(view()) == ("ok", "OK")
+    assert judge(view(phase="breaker_open")) == ("degraded", "DEGRADED · breaker open")
+    health, status = judge(view(last_probe={"ok": False, "status": 503}))
+    assert health == "degraded" and "503" in status
+    assert judge(view(saturation="saturated"))[0] == "warn"
+    assert judge(view(engine=None))[0] == "warn"
+    assert judge(view(kind="openai", engine=None)) == ("ok", "OK")
+
+
+def test_tally_sums_one_class_or_one_tenant() -> None:
+    totals = Totals(
+        slo={
+            ("interactive", "acme", "met"): 8,
+            ("interactive", "acme", "missed"): 2,
+            ("batch", "zeta", "met"): 5,
+        },
+        shed={("batch", "zeta", "saturated"): 3, ("batch", "acme", "queue_full"): 1},
+        queued={("batch",): 4},
+    )
+    interactive = tally(totals, slo_class="interactive")
+    assert (interactive["requests"], interactive["attainment"]) == (10, 0.8)
+    batch = tally(totals, slo_class="batch")
+    assert batch["shed"] == {"queue_full": 1, "saturated": 3} and batch["queued"] == 4
+    zeta = tally(totals, tenant="zeta")
+    assert zeta["shed"] == {"saturated": 3} and zeta["queued"] is None
+    assert tally(Totals({}, {}, {}), tenant="none")["attainment"] is None
+
+
+def test_sparkline_points_span_the_axis_and_skip_gaps() -> None:
+    drawn = points([70.0, 85.0, 100.0], [0.2, None, 0.1], top=0.2, now_s=100.0, span_s=30.0)
+    first, last = (tuple(map(float, p.split(","))) for p in drawn.split())
+    assert first == (0.0, 9.0) and last[0] == SPARK_W
+    assert 9.0 < last[1] < SPARK_H
+    assert points([10.0], [0.1], top=0.1, now_s=100.0, span_s=30.0) == ""  # off the axis
+
+
+def test_formats_match_what_the_script_prints() -> None:
+    assert fmt(0.1234, "ms") == "123 ms" and fmt(0.0042, "ms") == "4.2 ms"
+    assert fmt(0.456, "pct") == "46%" and fmt(None, "pct") == "–"
+    assert fmt(3.0, "num") == "3" and fmt(2.5, "num") == "2.5"
+    assert fmt({"saturated": 2, "queue_full": 1}, "reasons") == "saturated 2 · queue_full 1"
+    assert fmt({}, "reasons") == "–"
+
+
+def test_the_page_escapes_names_it_did_not_write() -> None:
+    doc = {
+        "layout": "x",
+        "at_s": 100.0,
+        "axis_s": 60.0,
+        "policy": "<script>",
+        "store": "memory",
+        "shared_state": "up",
+        "queue_depth": 0,
+        "window_s": 10.0,
+        "endpoints": [],
+        "classes": [],
+        "tenants": [],
+        "decisions": [
+            {
+                "at_s": 99.0,
+                "request_id": "<img src=x>",
+                "tenant": "acme",
+                "slo_class": "interactive",
+                "ranking": [],
+                "explanation": "<b>",
+            }
+        ],
+    }
+    page = render(doc)
+    assert "<script>" not in page.replace('<script src="dashboard/static/dashboard.js"', "")
+    assert "&lt;img src=x&gt;" in page and "&lt;b&gt;" in page

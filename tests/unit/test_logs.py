@@ -1,0 +1,102 @@
+"""The request log line: its shape, its outcome rules, and what it must never contain."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from typing import Any
+
+from gateway import record as records
+from gateway.logs import error_code, line, outcome
+from gateway.outcome import Finished
+from gateway.record import RequestRecord, current, note_attempt, note_route
+from policies.base import Ranking, RouteRequest, SloTarget
+
+SLO = SloTarget(name="interactive", ttft_s=0.5)
+ROUTE = RouteRequest("r1", "llama", "acme", SLO, prompt_tokens=120, max_tokens=16, stream=True)
+BODY = {"model": "llama", "messages": [{"role": "user", "content": "top secret plan"}]}
+
+
+DONE = Finished("ok", 200, prompt_tokens=118, output_tokens=16, ttft_s=0.2, tpot_s=0.02, e2e_s=0.5)
+
+
+def finished(**changes: Any) -> Finished:
+    return replace(DONE, **changes)
+
+
+def served() -> RequestRecord:
+    record = RequestRecord("r1", "POST", "/v1/chat/completions", time.perf_counter(), status=200)
+    record.route, record.tenant, record.body = ROUTE, "acme", BODY
+    record.ranking = Ranking(endpoints=(), predicted_ttft_s=0.15, reason="slo_met")
+    record.endpoint_id, record.attempts, record.result = "vllm-a", 1, finished()
+    return record
+
+
+def test_a_served_request_is_one_line_with_every_field() -> None:
+    text = line(served())
+    assert "\n" not in text
+    entry = json.loads(text)
+    assert entry["request_id"] == "r1" and entry["status"] == 200 and entry["outcome"] == "ok"
+    assert (entry["tenant"], entry["slo_class"], entry["model"]) == ("acme", "interactive", "llama")
+    assert (entry["endpoint"], entry["attempts"], entry["decision"]) == ("vllm-a", 1, "slo_met")
+    assert entry["ttft_ms"] == 200.0 and entry["tpot_ms"] == 20.0
+    assert entry["predicted_ttft_ms"] == 150.0
+    assert (entry["prompt_tokens"], entry["output_tokens"]) == (118, 16)
+    assert entry["slo_met"] is True and entry["duration_ms"] >= 0
+    assert entry["time"].endswith("+00:00")
+
+
+def test_the_line_keeps_its_keys_when_nothing_is_known() -> None:
+    bare = RequestRecord("r2", "POST", "/v1/chat/completions", time.perf_counter(), status=401)
+    bare.error_code = "invalid_api_key"
+    assert set(json.loads(line(bare))) == set(json.loads(line(served())))
+
+
+def test_prompt_text_appears_only_when_asked() -> None:
+    assert "top secret" not in line(served())
+    entry = json.loads(line(served(), prompts=True))
+    assert entry["prompt"] == BODY["messages"]
+
+
+def test_missed_slo_is_reported() -> None:
+    record = served()
+    record.result = finished(ttft_s=0.9)
+    assert json.loads(line(record))["slo_met"] is False
+
+
+def test_outcome_without_an_upstream_answer_comes_from_status_and_code() -> None:
+    def of(status: int, code: str | None) -> str:
+        record = RequestRecord("r", "POST", "/v1/x", 0.0, status=status, error_code=code)
+        return outcome(record)
+
+    assert of(429, "saturated") == "rejected"
+    assert of(503, "queue_full") == "rejected"
+    assert of(503, "no_endpoint_available") == "rejected"
+    assert of(502, "upstream_failed") == "upstream_error"
+    assert of(400, "invalid_value") == "client_error"
+    assert of(499, None) == "cancelled"
+    assert of(500, "internal_error") == "error"
+
+
+def test_error_code_reads_openai_error_bodies_only() -> None:
+    body = json.dumps({"error": {"message": "sk-123 leaked?", "code": "saturated"}}).encode()
+    assert error_code(body, 429) == "saturated"
+    assert error_code(b'{"object": "error", "code": 400}', 400) == "http_400"
+    assert error_code(b"not json", 502) == "http_502"
+    assert error_code(b"", 500) == "http_500"
+
+
+def test_notes_go_to_the_current_record_only() -> None:
+    note_attempt("nowhere")  # outside a request: nothing to note into, and no error
+    record = RequestRecord("r", "POST", "/v1/x", 0.0)
+    token = records.begin(record)
+    try:
+        note_route(ROUTE, BODY)
+        note_attempt("vllm-a")
+        note_attempt("vllm-b")
+        assert current() is record
+    finally:
+        records.end(token)
+    assert current() is None
+    assert (record.tenant, record.endpoint_id, record.attempts) == ("acme", "vllm-b", 2)
