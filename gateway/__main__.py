@@ -52,9 +52,11 @@ def serve(
 def _register_tools() -> None:
     from gateway import demo
     from gateway.bench import cli as bench
+    from gateway.offline import cli as offline
 
     demo.register(cli)
     bench.register(cli)
+    offline.register(cli)
 
 
 def main() -> None:

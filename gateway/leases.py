@@ -30,7 +30,8 @@ class LeaseBook:
         self.metrics = metrics
         self.background = background
         self.ttl_s = ttl_s  # outlives any sane request; a dead replica's leases expire
-        self._taking: dict[tuple[str, str], tuple[asyncio.Task[int], int]] = {}
+        # (endpoint, request) -> (the shared take, KV footprint, in-flight when taken)
+        self._taking: dict[tuple[str, str], tuple[asyncio.Task[int], int, int]] = {}
 
     def take(self, endpoint_id: str, request_id: str, tokens: int) -> None:
         """Lease `endpoint_id` for a request whose KV footprint is `tokens`."""
@@ -39,13 +40,20 @@ class LeaseBook:
         taking = self.background.spawn(
             self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=time.time())
         )
-        self._taking[(endpoint_id, request_id)] = (taking, tokens)
+        in_flight = self.view.stats(endpoint_id).in_flight
+        self._taking[(endpoint_id, request_id)] = (taking, tokens, in_flight)
+
+    def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int:
+        """Gateway-wide in-flight on the endpoint when this lease was taken, itself included:
+        the load the request's TPOT was measured under."""
+        held = self._taking.get((endpoint_id, request_id))
+        return held[2] if held else 0
 
     def drop(self, endpoint_id: str, request_id: str) -> None:
         held = self._taking.pop((endpoint_id, request_id), None)
         if held is None:
             return  # never taken, or already dropped
-        taking, tokens = held
+        taking, tokens, _ = held
         self.view.finished(endpoint_id, tokens)
         self.metrics.in_flight.labels(endpoint_id).dec()
         self.background.spawn(self._drop(endpoint_id, request_id, taking))

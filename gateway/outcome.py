@@ -99,6 +99,7 @@ class Finisher:
         note_result(result)
         endpoint_id = opened.endpoint.id
         self.background.spawn(opened.response.aclose())
+        in_flight = self.leases.in_flight_when_taken(endpoint_id, request.request_id)
         self.leases.drop(endpoint_id, request.request_id)
         self.on_finished(request)
         if result.outcome != "cancelled":
@@ -123,6 +124,7 @@ class Finisher:
             ttft_s=result.ttft_s,
             tpot_s=result.tpot_s,
             e2e_s=result.e2e_s,
+            in_flight=in_flight,
         )
         self.background.spawn(self.store.observe(endpoint_id, sample))
 

@@ -26,7 +26,8 @@ Coefficients, each blended between the endpoint's statistics and a prior by warm
               (`tpot_base_s`, `tpot_per_in_flight_s`; I + 1 counts this request), else the
               mean TPOT as measured.
     t         the prior's TPOT of an idle endpoint; `tpot_double_running` = running sequences
-              that double it (None: TPOT does not grow with our load, as for a large hosted fleet).
+              that double it (the endpoint's max_concurrency, its batch size, when configured;
+              None: TPOT does not grow with our load, as for a large hosted fleet).
     spreads   p95/mean: observed `ttft_p95_s / ttft_mean_s` (and TPOT alike), else the prior's.
     rates     throttled (429) and other errors per sample, times w (few samples say little);
               a 429 costs `throttle_penalty_s` (a Retry-After), an error `error_penalty_s` (a
@@ -277,8 +278,11 @@ def _ttft_coefficients(
 
 def _tpot_mean(snapshot: EndpointSnapshot, prior: _Prior, warmth: float, running: float) -> float:
     prior_s = prior.tpot_s
-    if prior.tpot_double_running is not None:
-        prior_s *= 1 + running / prior.tpot_double_running
+    # A known batch size is the better guess: a full batch about doubles an idle TPOT.
+    doubling: float | None = snapshot.max_concurrency if prior.tpot_double_running else None
+    doubling = doubling or prior.tpot_double_running
+    if doubling is not None:
+        prior_s *= 1 + running / doubling
     stats = snapshot.latency
     observed_s = stats.tpot_mean_s
     slope_s = stats.tpot_per_in_flight_s

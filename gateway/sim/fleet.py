@@ -102,7 +102,13 @@ def gateway_endpoints(config: FleetConfig, host: str = "127.0.0.1") -> list[dict
             "price": member.price.model_dump(),
         }
         if isinstance(member, EngineMember):
-            entry |= {"kind": "vllm", "metrics_url": urls[member.id][: -len("/v1")] + "/metrics"}
+            # The engine's batch size is its concurrency: admission can then keep slots, not
+            # only KV, in reserve for the classes that need them.
+            entry |= {
+                "kind": "vllm",
+                "metrics_url": urls[member.id][: -len("/v1")] + "/metrics",
+                "max_concurrency": member.params.max_num_seqs,
+            }
         else:
             entry |= {"kind": "openai", "max_concurrency": member.params.max_concurrency}
             entry |= {"api_key_env": member.api_key_env} if member.api_key_env else {}

@@ -1,0 +1,111 @@
+"""One record per request, written by both drivers (Locust and the offline simulator).
+
+Outcome of a request, as a client sees it
+    ok      HTTP 200 and a stream that delivered content and ended with [DONE]
+    shed    HTTP 429 or 503 carrying `x-slo-gateway-reason` (the gateway refused it on purpose,
+            and said why: admission, tenant limits, every upstream rate limited)
+    error   anything else: other statuses, connection failures, broken or empty streams
+
+Times are seconds: `arrival_s` when the plan scheduled the request (from the run's start),
+`start_s` when it was actually sent (later than arrival when the load generator lagged), and
+TTFT / TPOT / E2E measured from `start_s` as a client does (TTFT at the first non-empty
+content delta, TPOT = (last − first content delta) / (tokens − 1)).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+Outcome = Literal["ok", "shed", "error"]
+SHED_STATUSES = (429, 503)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    request_id: str
+    tenant: str
+    slo_class: str
+    arrival_s: float
+    start_s: float
+    status: int  # 0: no HTTP response (connection error)
+    outcome: Outcome
+    reason: str = ""  # x-slo-gateway-reason, or what went wrong
+    endpoint: str = ""  # x-slo-gateway-endpoint
+    attempts: int = 0  # x-slo-gateway-attempts: upstream attempts the gateway made
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+
+    @property
+    def lateness_s(self) -> float:
+        return self.start_s - self.arrival_s
+
+
+class Planned(Protocol):
+    """What a plan says of a request (`PlannedRequest`, or the load test's `PlannedCall`)."""
+
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def slo_class(self) -> str: ...
+    @property
+    def arrival_s(self) -> float: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+
+
+def unserved(
+    request_id: str,
+    planned: Planned,
+    status: int,
+    reason: str,
+    *,
+    shed: bool = False,
+    attempts: int = 0,
+    e2e_s: float | None = None,
+) -> RequestRecord:
+    """A request that got no answer: refused on purpose by the gateway (`shed`), or failed."""
+    return RequestRecord(
+        request_id=request_id,
+        tenant=planned.tenant,
+        slo_class=planned.slo_class,
+        arrival_s=planned.arrival_s,
+        start_s=planned.arrival_s,
+        status=status,
+        outcome=classify(status, reason if shed else None, completed=False),
+        reason=reason,
+        attempts=attempts,
+        prompt_tokens=planned.prompt_tokens,
+        e2e_s=e2e_s,
+    )
+
+
+def classify(status: int, reason: str | None, completed: bool) -> Outcome:
+    """The outcome of a request from its status, gateway reason header and stream end."""
+    if status == 200 and completed:
+        return "ok"
+    if status in SHED_STATUSES and reason:
+        return "shed"
+    return "error"
+
+
+def write_records(path: str | Path, records: Iterable[RequestRecord]) -> None:
+    with Path(path).open("w") as out:
+        out.writelines(json.dumps(asdict(r)) + "\n" for r in records)
+
+
+def read_records(path: str | Path) -> list[RequestRecord]:
+    return list(_read(Path(path)))
+
+
+def _read(path: Path) -> Iterator[RequestRecord]:
+    with path.open() as lines:
+        for line in lines:
+            if line.strip():
+                yield RequestRecord(**json.loads(line))

@@ -1,0 +1,152 @@
+"""The report as files: markdown for people, JSON for machines, one comparison across policies.
+
+    report.md / report.json      one run (`write_report`)
+    comparison.md / .json        one row per policy and class (`write_comparison`)
+Charts (PNG) come from `gateway.offline.charts` when matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway.offline.report import ALL, GroupStats, Summary
+
+_GROUP_HEADER = (
+    "| group | n | ok | shed | err | TTFT p50/p95/p99 ms | TPOT p50/p95/p99 ms | attainment "
+    "| goodput req/s | cost $ |"
+)
+_COMPARE_HEADER = (
+    "| policy | class | n | attainment | goodput req/s | shed | err | TTFT p95 ms | TTFT p99 ms "
+    "| TPOT p95 ms | cost $ | checks |"
+)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.0f}"
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def _group_row(name: str, g: GroupStats) -> str:
+    ttft = "/".join(_ms(v) for v in (g.ttft_p50_s, g.ttft_p95_s, g.ttft_p99_s))
+    tpot = "/".join(_ms(v) for v in (g.tpot_p50_s, g.tpot_p95_s, g.tpot_p99_s))
+    return (
+        f"| {name} | {g.count} | {_pct(g.success_rate)} | {_pct(g.shed_rate)} | "
+        f"{_pct(g.error_rate)} | {ttft} | {tpot} | {_pct(g.attainment)} | "
+        f"{g.goodput_rps:.2f} | {g.cost:.4f} |"
+    )
+
+
+def markdown(summary: Summary) -> str:
+    verdict = "PASS" if summary.passed else "FAIL"
+    lines = [
+        f"# {summary.scenario}: {verdict}",
+        "",
+        f"policy `{summary.policy}`, {summary.driver} run, {summary.duration_s:g} s of arrivals",
+        "",
+        _GROUP_HEADER,
+        "|" + "---|" * 10,
+    ]
+    lines += [_group_row(name, stats) for name, stats in _ordered(summary.groups)]
+    lines += ["", "## Pass criteria", ""]
+    lines += [
+        f"- {'PASS' if ok else 'FAIL'} `{text}` (observed {_value(observed)})"
+        for text, observed, ok in summary.checks
+    ] or ["- none"]
+    lines += ["", "## Run", ""]
+    lines += [f"- {name}: {_value(value)}" for name, value in summary.run.items()]
+    lines += ["", "## Why requests were not served", ""]
+    reasons = summary.groups[ALL].reasons if ALL in summary.groups else {}
+    lines += [f"- {reason or '(none)'}: {count}" for reason, count in sorted(reasons.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _ordered(groups: dict[str, GroupStats]) -> list[tuple[str, GroupStats]]:
+    """all first, then classes, tenants, and class x tenant."""
+
+    def rank(name: str) -> tuple[int, str]:
+        if name == ALL:
+            return 0, name
+        return (3 if "/" in name else 1 if name.startswith("class:") else 2), name
+
+    return sorted(groups.items(), key=lambda item: rank(item[0]))
+
+
+def _value(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def write_report(summary: Summary, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, js = out_dir / "report.md", out_dir / "report.json"
+    md.write_text(markdown(summary))
+    js.write_text(json.dumps(summary.to_json(), indent=2))
+    return [md, js]
+
+
+def comparison_rows(summaries: Sequence[Summary]) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for summary in summaries:
+        passed = sum(ok for _, _, ok in summary.checks)
+        classes = [n for n in summary.groups if n.startswith("class:") and "/" not in n]
+        shown = classes if len(classes) == 1 else [ALL, *classes]
+        for name, g in _ordered(summary.groups):
+            if name not in shown:
+                continue
+            rows.append(
+                {
+                    "policy": summary.policy,
+                    "class": name.removeprefix("class:"),
+                    "count": g.count,
+                    "attainment": g.attainment,
+                    "goodput_rps": g.goodput_rps,
+                    "shed_rate": g.shed_rate,
+                    "error_rate": g.error_rate,
+                    "ttft_p95_s": g.ttft_p95_s,
+                    "ttft_p99_s": g.ttft_p99_s,
+                    "tpot_p95_s": g.tpot_p95_s,
+                    "cost": g.cost,
+                    "checks": f"{passed}/{len(summary.checks)}",
+                    "passed": summary.passed,
+                }
+            )
+    return rows
+
+
+def comparison_markdown(summaries: Sequence[Summary]) -> str:
+    first = summaries[0]
+    lines = [
+        f"# {first.scenario}: policies compared ({first.driver})",
+        "",
+        _COMPARE_HEADER,
+        "|" + "---|" * 12,
+    ]
+    for row in comparison_rows(summaries):
+        lines.append(
+            f"| {row['policy']} | {row['class']} | {row['count']} | {_pct(_f(row['attainment']))} "
+            f"| {_f(row['goodput_rps']):.2f} | {_pct(_f(row['shed_rate']))} "
+            f"| {_pct(_f(row['error_rate']))} | {_ms(_opt(row['ttft_p95_s']))} "
+            f"| {_ms(_opt(row['ttft_p99_s']))} | {_ms(_opt(row['tpot_p95_s']))} "
+            f"| {_f(row['cost']):.4f} | {row['checks']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _f(value: object) -> float:
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _opt(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def write_comparison(summaries: Sequence[Summary], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, js = out_dir / "comparison.md", out_dir / "comparison.json"
+    md.write_text(comparison_markdown(summaries))
+    js.write_text(json.dumps(comparison_rows(summaries), indent=2))
+    return [md, js]

@@ -1,0 +1,397 @@
+"""The offline simulator: a planned workload through the gateway's decisions, in virtual time.
+
+Discrete events on one heap, in time order (ties in insertion order):
+    arrival      the next planned request reaches the gateway (`GatewayModel`: tenant limits,
+                 candidates, admission, the policy's ranking), then its first attempt
+    step end     an engine finishes an `EngineModel.step()`: its tokens are delivered (first
+                 tokens and finished requests) and the next step starts at once, as the engine
+                 server's loop does
+    provider end a hosted request's last token (its latencies were drawn when it started)
+    retry        an attempt after a Retry-After wait (only when the ranking has one endpoint)
+    timeout      a hung attempt reaching the gateway's first-byte timeout
+    fault        a scenario fault patch, applied to a member's `FaultState`
+    background   the gateway's periodic work, at its configured intervals: the shared-view
+                 refresh, the engine scrape, the health probes, and the admission queue's
+                 dispatcher (every 20 ms while requests wait)
+Attempts fail over along the ranking before the first token, as `gateway/router.py` does
+(at most `max_attempts`, at once when there is another endpoint, else after Retry-After).
+Requests still running `drain_s` after the last arrival are recorded as errors (`unfinished`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.admission import DISPATCH_PER_TICK, DISPATCH_TICK_S
+from gateway.offline.gateway_model import TIMED_OUT, Failure, GatewayModel, Queued, offline_config
+from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider
+from gateway.offline.records import RequestRecord, unserved
+from gateway.offline.scenario import FaultEvent, Scenario
+from gateway.offline.trace import PlannedRequest
+from gateway.proxy import CLIENT_FAULT_STATUSES
+from gateway.stats.base import LatencySample
+from policies.admission import Admit, Queue, Reject
+from policies.base import EndpointSnapshot, RouteRequest
+
+STEP, PROVIDER_END, RETRY, TIMEOUT, FAULT, REFRESH, SCRAPE, PROBE, DISPATCH = range(9)
+RETRY_BACKOFF_S = 0.1  # gateway/router.py's wait when a lone endpoint gave no Retry-After
+
+
+@dataclass(slots=True)
+class _Flight:
+    index: int
+    route: RouteRequest
+    order: tuple[str, ...]
+    attempt: int = 0
+    endpoint_id: str = ""
+    sent_s: float = 0.0  # when the current attempt started
+    first_s: float | None = None
+    limit_headers: Mapping[str, str] | None = None  # a provider's, on its response
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    records: list[RequestRecord]
+    preemptions: int
+    wall_s: float
+    cpu_s: float  # on a shared machine the CPU time says more than the wall time
+    events: int
+
+    @property
+    def requests_per_s(self) -> float:
+        return len(self.records) / self.wall_s if self.wall_s > 0 else math.inf
+
+
+class Simulator:
+    def __init__(
+        self,
+        scenario: Scenario,
+        plan: Sequence[PlannedRequest],
+        policy: Mapping[str, Any],
+        *,
+        seed: int = 0,
+    ) -> None:
+        self.scenario = scenario
+        self.plan = plan
+        self.config = offline_config(scenario, policy)
+        self.gateway = GatewayModel(self.config, seed=seed)
+        self.engines = {e.id: VirtualEngine(e, seed + i) for i, e in enumerate(scenario.engines)}
+        self.providers = {
+            p.id: VirtualProvider(p, seed + 1000 + i) for i, p in enumerate(scenario.providers)
+        }
+        self.end_s = scenario.duration_s + scenario.drain_s
+        self._events: list[tuple[float, int, int, Any]] = []
+        self._order = itertools.count()
+        self._records: list[RequestRecord | None] = [None] * len(plan)
+        self._flights: dict[str, _Flight] = {}
+        self._seq = itertools.count()
+        self._dispatching = False
+        self._targets = {name: c.target(name) for name, c in self.config.classes.items()}
+        self.events = 0
+
+    def run(self) -> SimResult:
+        started, cpu_started = time.perf_counter(), time.process_time()
+        for fault in self.scenario.faults:
+            self._push(fault.at_s, FAULT, fault)
+        for kind in (REFRESH, SCRAPE, PROBE):  # the lifespan starts them all at once
+            self._push(0.0, kind, None)
+        for index, planned in enumerate(self.plan):
+            self._until(planned.arrival_s)
+            self._arrive(index, planned)
+        self._until(self.end_s)
+        records = [
+            r or unserved(str(i), self.plan[i], 0, "unfinished")
+            for i, r in enumerate(self._records)
+        ]
+        preemptions = sum(e.model.preemptions_total for e in self.engines.values())
+        wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+        return SimResult(records, preemptions, wall_s, cpu_s, self.events)
+
+    # -- the event loop ----------------------------------------------------------------------
+
+    def _push(self, at_s: float, kind: int, payload: Any) -> None:
+        heapq.heappush(self._events, (at_s, next(self._order), kind, payload))
+
+    def _until(self, limit_s: float) -> None:
+        events = self._events
+        while events and events[0][0] <= limit_s:
+            now_s, _, kind, payload = heapq.heappop(events)
+            self.events += 1
+            if kind == STEP:
+                self._step_end(payload, now_s)
+            elif kind == PROVIDER_END:
+                self._provider_end(payload, now_s)
+            else:
+                self._other(kind, payload, now_s)
+
+    def _other(self, kind: int, payload: Any, now_s: float) -> None:
+        if kind == RETRY:
+            self._attempt(payload, now_s)
+        elif kind == TIMEOUT:
+            self._failed(payload, TIMED_OUT, now_s)
+        elif kind == FAULT:
+            self._fault(payload, now_s)
+        elif kind == DISPATCH:
+            self._dispatch_queue(now_s)
+        else:
+            self._background(kind, now_s)
+
+    def _background(self, kind: int, now_s: float) -> None:
+        state = self.config.state
+        if kind == REFRESH:
+            self.gateway.refresh(now_s)
+            interval_s = state.refresh_s
+        elif kind == SCRAPE:
+            for engine_id, engine in self.engines.items():
+                self.gateway.scraped(engine_id, engine.snapshot(), now_s)
+            interval_s = state.scrape_interval_s
+        else:
+            healthy = {i: e.healthy() for i, e in self.engines.items()}
+            healthy |= {i: p.healthy() for i, p in self.providers.items()}
+            self.gateway.probe(healthy, now_s)
+            interval_s = state.health_interval_s
+        if now_s + interval_s <= self.end_s:
+            self._push(now_s + interval_s, kind, None)
+
+    # -- arrivals and admission --------------------------------------------------------------
+
+    def _arrive(self, index: int, planned: PlannedRequest) -> None:
+        now_s = planned.arrival_s
+        route = RouteRequest(
+            request_id=str(index),
+            model=self.scenario.model,
+            tenant=planned.tenant,
+            slo=self._targets[planned.slo_class],
+            prompt_tokens=planned.prompt_tokens,
+            max_tokens=planned.output_tokens,
+            stream=True,
+            seq=next(self._seq),
+        )
+        limited = self.gateway.tenant_check(route, now_s)
+        if limited is not None:
+            self._shed(index, route, limited, now_s)
+            return
+        snapshots = self.gateway.snapshots(route.model, now_s)
+        if not snapshots:
+            self._end(index, 503, "no_endpoint_available", now_s, route)
+            return
+        decision, eligible = self.gateway.admit(route, snapshots, now_s)
+        if isinstance(decision, Admit):
+            self._route(index, route, eligible, now_s)
+        elif isinstance(decision, Queue):
+            self._enqueue(index, route, decision, now_s)
+        else:
+            self._shed(index, route, decision, now_s)
+
+    def _enqueue(self, index: int, route: RouteRequest, decision: Queue, now_s: float) -> None:
+        if not self.gateway.queue.push(Queued(index, route), decision.deadline_s):
+            self._end(index, 503, "queue_full", now_s, route, shed=True)
+        elif not self._dispatching:  # the dispatcher wakes at once, then ticks
+            self._dispatching = True
+            self._push(now_s, DISPATCH, None)
+
+    def _dispatch_queue(self, now_s: float) -> None:
+        """`Admission._dispatch`: expire, then dispatch a few by deadline."""
+        queue = self.gateway.queue
+        for expired in queue.drop_expired(now_s):
+            self._end(expired.index, 503, "deadline_unreachable", now_s, expired.route, shed=True)
+        for _ in range(DISPATCH_PER_TICK):
+            item = queue.pop(now_s, lambda q: self.gateway.fits(q.route, now_s))
+            if item is None:
+                break
+            self._route(item.index, item.route, self.gateway.eligible(item.route, now_s), now_s)
+        self._dispatching = bool(queue)
+        if self._dispatching:
+            self._push(now_s + DISPATCH_TICK_S, DISPATCH, None)
+
+    def _shed(self, index: int, route: RouteRequest, reject: Reject, now_s: float) -> None:
+        self._end(index, reject.status, reject.reason.value, now_s, route, shed=True)
+
+    def _route(
+        self, index: int, route: RouteRequest, eligible: Sequence[EndpointSnapshot], now_s: float
+    ) -> None:
+        ranking = self.gateway.rank(route, eligible)
+        if not ranking.endpoints:
+            self._end(index, 503, "no_endpoint", now_s, route)
+            return
+        order = tuple(s.endpoint_id for s in ranking.endpoints)
+        self._attempt(_Flight(index, route, order), now_s)
+
+    # -- attempts ----------------------------------------------------------------------------
+
+    def _attempt(self, flight: _Flight, now_s: float) -> None:
+        flight.attempt += 1
+        endpoint_id = flight.order[(flight.attempt - 1) % len(flight.order)]
+        flight.endpoint_id, flight.sent_s = endpoint_id, now_s
+        self.gateway.take(endpoint_id, flight.route, now_s)
+        route = flight.route
+        output_tokens = route.max_tokens or 1
+        engine = self.engines.get(endpoint_id)
+        if engine is not None:
+            refusal = engine.refuse(route.prompt_tokens, output_tokens)
+            if refusal is None:
+                engine.submit(route.request_id, route.prompt_tokens, output_tokens)
+                self._flights[route.request_id] = flight
+                if not engine.stepping:
+                    self._step(engine, now_s)
+                return
+        else:
+            provider = self.providers[endpoint_id]
+            refusal = provider.refuse()
+            if refusal is None:
+                served = provider.start(route.prompt_tokens, output_tokens, now_s)
+                flight.first_s, flight.limit_headers = served.first_s, served.headers
+                self._push(served.last_s, PROVIDER_END, flight)
+                return
+        self._refused(flight, refusal, now_s)
+
+    def _refused(self, flight: _Flight, refusal: Refusal, now_s: float) -> None:
+        if refusal.status == 0:
+            self._push(now_s + self.gateway.server.first_byte_timeout_s, TIMEOUT, flight)
+        elif refusal.status in CLIENT_FAULT_STATUSES:
+            # relayed to the client as sent; the endpoint answered, so it counts as healthy
+            self._observe(flight, now_s, ok=True, status=refusal.status)
+            self._end(
+                flight.index,
+                refusal.status,
+                "upstream_client_error",
+                now_s,
+                flight.route,
+                attempts=flight.attempt,
+            )
+        else:
+            self._failed(flight, self.gateway.classify(refusal, now_s), now_s)
+
+    def _failed(self, flight: _Flight, failure: Failure, now_s: float) -> None:
+        self.gateway.failed_attempt(flight.endpoint_id, flight.route, failure, now_s)
+        if flight.attempt >= self.gateway.server.max_attempts or failure.quota_exhausted:
+            self._give_up(flight, failure, now_s)
+            return
+        wait_s = 0.0
+        if len(flight.order) == 1:
+            hinted = failure.retry_after_s if failure.retry_after_s is not None else RETRY_BACKOFF_S
+            wait_s = min(self.gateway.server.max_retry_after_s, hinted)
+        if wait_s > 0:
+            self._push(now_s + wait_s, RETRY, flight)
+        else:
+            self._attempt(flight, now_s)
+
+    def _give_up(self, flight: _Flight, last: Failure, now_s: float) -> None:
+        """The client's answer when every attempt failed (router._final_error)."""
+        if last.status == 429 and not last.quota_exhausted:
+            status, reason, shed = 429, "upstream_rate_limited", True
+        elif last.status == 0:
+            status, reason, shed = 504, "upstream_timeout", False
+        else:
+            status, reason, shed = 502, "upstream_failed", False
+        self._end(
+            flight.index, status, reason, now_s, flight.route, shed=shed, attempts=flight.attempt
+        )
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def _step(self, engine: VirtualEngine, now_s: float) -> None:
+        duration_s = engine.step(now_s)
+        if duration_s > 0:
+            self._push(now_s + duration_s, STEP, engine)
+        else:
+            engine.stepping = False
+
+    def _step_end(self, engine: VirtualEngine, now_s: float) -> None:
+        result = engine.pending
+        engine.stepping = False
+        if result is not None:
+            flights = self._flights
+            for request_id, token in result.tokens_emitted:
+                if token == 0:
+                    flights[request_id].first_s = now_s
+            for request_id in result.finished:
+                self._complete(flights.pop(request_id), now_s)
+        if engine.model.has_work:
+            self._step(engine, now_s)
+
+    def _provider_end(self, flight: _Flight, now_s: float) -> None:
+        self.providers[flight.endpoint_id].in_flight -= 1
+        self._complete(flight, now_s)
+
+    def _complete(self, flight: _Flight, now_s: float) -> None:
+        route, planned = flight.route, self.plan[flight.index]
+        first_s = flight.first_s if flight.first_s is not None else now_s
+        tokens = route.max_tokens or 1
+        tpot_s = (now_s - first_s) / (tokens - 1) if tokens > 1 else None
+        self._observe(flight, now_s, ok=True, status=200, first_s=first_s, tpot_s=tpot_s)
+        self._records[flight.index] = RequestRecord(
+            request_id=route.request_id,
+            tenant=planned.tenant,
+            slo_class=planned.slo_class,
+            arrival_s=planned.arrival_s,
+            start_s=planned.arrival_s,
+            status=200,
+            outcome="ok",
+            reason="",
+            endpoint=flight.endpoint_id,
+            attempts=flight.attempt,
+            prompt_tokens=route.prompt_tokens,
+            output_tokens=tokens,
+            ttft_s=first_s - planned.arrival_s,
+            tpot_s=tpot_s,
+            e2e_s=now_s - planned.arrival_s,
+        )
+
+    def _observe(
+        self,
+        flight: _Flight,
+        now_s: float,
+        *,
+        ok: bool,
+        status: int,
+        first_s: float | None = None,
+        tpot_s: float | None = None,
+    ) -> None:
+        route = flight.route
+        sample = LatencySample(
+            at_s=now_s,
+            ok=ok,
+            status=status,
+            prompt_tokens=route.prompt_tokens,
+            output_tokens=(route.max_tokens or 0) if first_s is not None else 0,
+            ttft_s=first_s - flight.sent_s if first_s is not None else None,
+            tpot_s=tpot_s,
+            e2e_s=now_s - flight.sent_s,
+        )
+        self.gateway.finished(flight.endpoint_id, route, sample, flight.limit_headers)
+
+    # -- the rest ----------------------------------------------------------------------------
+
+    def _end(
+        self,
+        index: int,
+        status: int,
+        reason: str,
+        now_s: float,
+        route: RouteRequest,
+        *,
+        shed: bool = False,
+        attempts: int = 0,
+    ) -> None:
+        planned = self.plan[index]
+        self.gateway.request_done(route, now_s)
+        self._records[index] = unserved(
+            str(index),
+            planned,
+            status,
+            reason,
+            shed=shed,
+            attempts=attempts,
+            e2e_s=now_s - planned.arrival_s,
+        )
+
+    def _fault(self, fault: FaultEvent, now_s: float) -> None:
+        member = self.engines.get(fault.member) or self.providers[fault.member]
+        member.faults.update(fault.patch, now_s=now_s)

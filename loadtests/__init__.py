@@ -1,0 +1,1 @@
+"""Live load tests: Locust against the gateway, scenarios from gateway.offline.scenarios."""

@@ -1,0 +1,186 @@
+"""One streamed chat completion: its request body, and its timing as a client sees it.
+
+    t0  request sent        t1  first delta with non-empty content     tN  last such delta
+    TTFT = t1 - t0          TPOT = (tN - t1) / (n - 1)                  E2E = end of stream - t0
+    n = usage.completion_tokens (the gateway passes usage through), else content deltas counted
+
+Role-only deltas, usage-only chunks and comments do not count as tokens. Lines are read as
+they arrive (`iter_content(chunk_size=None)` on a requests response: no client-side buffering;
+see /work/shared/reference/load-testing.md §3-4 for why Locust's own timing cannot be used).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from loadtests.plan import PlannedCall
+
+Clock = Callable[[], float]
+_DONE = b"[DONE]"
+CHARS_PER_TOKEN = 4
+CHAT_OVERHEAD_TOKENS = 4  # the simulated engine counts 4 tokens per chat message
+_FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
+
+
+def prompt_text(tokens: int, index: int) -> str:
+    """About `tokens` prompt tokens as the simulated engine counts them (chars / 4 + 4)."""
+    chars = max(1, tokens - CHAT_OVERHEAD_TOKENS) * CHARS_PER_TOKEN
+    text = f"{index} " + _FILLER * (chars // len(_FILLER) + 1)
+    return text[:chars]
+
+
+def request_body(model: str, call: PlannedCall) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt_text(call.prompt_tokens, call.index)}],
+        "max_tokens": call.output_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class StreamResult:
+    first_s: float | None = None
+    last_s: float | None = None
+    content_events: int = 0
+    usage_tokens: int | None = None
+    prompt_tokens: int | None = None
+    done: bool = False
+    error: str | None = None
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage_tokens if self.usage_tokens is not None else self.content_events
+
+
+def read_stream(lines: Iterable[bytes], clock: Clock = time.perf_counter) -> StreamResult:
+    """Consume SSE lines until `[DONE]` (or an error event, or the end of the stream)."""
+    first_s = last_s = None
+    events = 0
+    usage: dict[str, Any] = {}
+    for line in lines:
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == _DONE:
+            return StreamResult(
+                first_s,
+                last_s,
+                events,
+                _int(usage, "completion_tokens"),
+                _int(usage, "prompt_tokens"),
+                done=True,
+            )
+        event = json.loads(data)
+        if event.get("error"):
+            return StreamResult(first_s, last_s, events, error=_error_code(event["error"]))
+        usage = event.get("usage") or usage
+        if _has_content(event):
+            last_s = clock()
+            first_s = first_s if first_s is not None else last_s
+            events += 1
+    return StreamResult(
+        first_s,
+        last_s,
+        events,
+        _int(usage, "completion_tokens"),
+        _int(usage, "prompt_tokens"),
+        error="stream ended without [DONE]",
+    )
+
+
+def lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Lines as soon as each is complete (`iter_lines`, without its typing for chunk_size)."""
+    pending = b""
+    for chunk in chunks:
+        *complete, pending = (pending + chunk).split(b"\n")
+        yield from complete
+    if pending:
+        yield pending
+
+
+def _has_content(event: dict[str, Any]) -> bool:
+    for choice in event.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if isinstance(delta, dict) and delta.get("content"):
+            return True
+    return False
+
+
+def _int(usage: dict[str, Any], key: str) -> int | None:
+    value = usage.get(key)
+    return value if isinstance(value, int) else None
+
+
+def _error_code(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("code") or error.get("type") or "stream error")
+    return "stream error"
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    status: int
+    reason: str  # x-slo-gateway-reason, else the error code or what broke
+    gateway_reason: bool  # the reason came from the gateway's header (a deliberate refusal)
+    endpoint: str
+    attempts: int
+    e2e_s: float
+    completed: bool = False
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+
+def measure(response: requests.Response, t0: float, clock: Clock = time.perf_counter) -> Measured:
+    """Read a streamed response to its end; times are from t0 (on `clock`)."""
+    header = response.headers.get("x-slo-gateway-reason") or ""
+    endpoint = response.headers.get("x-slo-gateway-endpoint") or ""
+    attempts = int(response.headers.get("x-slo-gateway-attempts") or 0)
+    if response.status_code != 200:
+        reason = header or _body_code(response)
+        return Measured(
+            response.status_code, reason, bool(header), endpoint, attempts, clock() - t0
+        )
+    result = read_stream(lines(response.iter_content(chunk_size=None)), clock)
+    e2e_s = clock() - t0
+    completed = result.done and result.first_s is not None
+    ttft_s, tpot_s = _ttft_tpot(result, t0)
+    return Measured(
+        200,
+        result.error or ("" if completed else "empty response"),
+        False,
+        endpoint,
+        attempts,
+        e2e_s,
+        completed,
+        result.prompt_tokens or 0,
+        result.output_tokens,
+        ttft_s,
+        tpot_s,
+    )
+
+
+def _ttft_tpot(result: StreamResult, t0: float) -> tuple[float | None, float | None]:
+    first_s, last_s, tokens = result.first_s, result.last_s, result.output_tokens
+    if first_s is None:
+        return None, None
+    tpot_s = (last_s - first_s) / (tokens - 1) if last_s is not None and tokens > 1 else None
+    return first_s - t0, tpot_s
+
+
+def _body_code(response: requests.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return f"HTTP {response.status_code}"
+    error = body.get("error") if isinstance(body, dict) else None
+    return _error_code(error) if error else f"HTTP {response.status_code}"

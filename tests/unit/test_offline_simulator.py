@@ -1,0 +1,172 @@
+"""The offline simulator drives the real models, policies and admission in virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from gateway.offline.gateway_model import run_to_completion
+from gateway.offline.records import RequestRecord
+from gateway.offline.report import RunFacts, summarize
+from gateway.offline.scenario import EngineSpec, ProviderSpec, Scenario, TenantSpec, Traffic
+from gateway.offline.scenarios import SCENARIOS, fleet20
+from gateway.offline.simulator import Simulator
+from gateway.offline.trace import PlannedRequest
+from gateway.offline.workload import LengthSpec, RateShape
+from gateway.settings import SloClassConfig, TenantLimits
+from gateway.sim.faults import Faults
+from gateway.sim.model import EngineModel, EngineParams
+from gateway.sim.provider import ProviderParams
+
+CLASSES = {
+    "interactive": SloClassConfig(ttft_ms=1000, tpot_ms=100, priority=10),
+    "batch": SloClassConfig(deadline_ms=60_000, sheddable=True),
+}
+SHORT = LengthSpec(profile="conversation", scale=0.25, max_tokens=64)
+
+
+def scenario(**changes: Any) -> Scenario:
+    base: dict[str, Any] = {
+        "name": "unit",
+        "description": "unit test",
+        "duration_s": 20.0,
+        "classes": CLASSES,
+        "tenants": {"app": TenantSpec(allowed_classes=["interactive", "batch"])},
+        "traffic": [
+            Traffic(
+                tenant="app",
+                slo_class="interactive",
+                shape=RateShape.constant(2.0, 0, 20),
+                prompt=SHORT,
+                output=SHORT,
+            )
+        ],
+        "engines": [EngineSpec(id="engine")],
+    }
+    return Scenario(**(base | changes))
+
+
+def simulate(spec: Scenario, policy: str = "round_robin", plan: Any = None) -> list[RequestRecord]:
+    return Simulator(spec, spec.plan() if plan is None else plan, {"name": policy}).run().records
+
+
+def test_a_lone_request_takes_exactly_what_the_engine_model_says() -> None:
+    spec = scenario()
+    records = simulate(spec, plan=[PlannedRequest(0.5, 500, 10, "app", "interactive")])
+    model = EngineModel(EngineParams())
+    model.submit("r", 500, 10)
+    clock_s, first_s = 0.0, None
+    while model.has_work:
+        step = model.step()
+        clock_s += step.duration_s
+        if first_s is None and step.tokens_emitted:
+            first_s = clock_s
+    (record,) = records
+    assert first_s is not None
+    assert record.outcome == "ok" and record.endpoint == "engine" and record.output_tokens == 10
+    assert record.ttft_s == pytest.approx(first_s)
+    assert record.e2e_s == pytest.approx(clock_s)
+    assert record.tpot_s == pytest.approx((clock_s - first_s) / 9)
+
+
+def test_failover_hides_a_provider_outage() -> None:
+    down = ProviderParams(faults=Faults(status_code=503), max_concurrency=64)
+    spec = scenario(providers=[ProviderSpec(id="provider", params=down)])
+    records = simulate(spec)
+    attempts = Counter(r.attempts for r in records)
+    assert {r.outcome for r in records} == {"ok"}
+    assert {r.endpoint for r in records} == {"engine"}
+    assert attempts[2] >= 5  # failed over from the provider until its breaker opened
+    assert attempts[1] > attempts[2]  # then the breaker kept requests away from it
+
+
+def test_a_429_storm_cools_the_provider_down_without_errors() -> None:
+    storm = ProviderParams(faults=Faults(status_code=429), max_concurrency=64)
+    spec = scenario(providers=[ProviderSpec(id="provider", params=storm)])
+    records = simulate(spec, "least_loaded")
+    assert {r.outcome for r in records} == {"ok"}
+    assert sum(r.attempts > 1 for r in records) < len(records) / 2
+
+
+def test_a_tenant_request_limit_is_exact() -> None:
+    spec = SCENARIOS["multi_tenant"]()
+    records = simulate(spec, "least_loaded")
+    greedy = [r for r in records if r.tenant == "greedy"]
+    assert len(greedy) > 30
+    assert sum(r.outcome != "shed" for r in greedy) == 20  # 20 per minute, a 20 s run
+    assert {r.reason for r in greedy if r.outcome == "shed"} == {"tenant_rate_limited"}
+    assert all(r.outcome == "ok" for r in records if r.tenant != "greedy")
+
+
+def test_a_tenant_concurrency_limit_holds_at_every_moment() -> None:
+    limited = TenantSpec(allowed_classes=["interactive"], limits=TenantLimits(max_concurrent=2))
+    long_answers = LengthSpec(profile="conversation", min_tokens=200, max_tokens=300)
+    traffic = Traffic(
+        tenant="app",
+        slo_class="interactive",
+        shape=RateShape.constant(3.0, 0, 20),
+        prompt=SHORT,
+        output=long_answers,
+    )
+    records = simulate(scenario(tenants={"app": limited}, traffic=[traffic]))
+    served = [(r.start_s, r.start_s + (r.e2e_s or 0)) for r in records if r.outcome == "ok"]
+    edges = sorted([(s, 1) for s, _ in served] + [(e, -1) for _, e in served])
+    level = peak = 0
+    for _, step in edges:
+        level += step
+        peak = max(peak, level)
+    assert peak == 2
+    assert Counter(r.reason for r in records if r.outcome == "shed") == Counter(
+        {"tenant_concurrency_limited": len(records) - len(served)}
+    )
+
+
+def test_admission_sheds_batch_before_the_engines_preempt() -> None:
+    spec = SCENARIOS["kv_ramp"]()
+    result = Simulator(spec, spec.plan(), {"name": "round_robin"}).run()
+    batch = [r for r in result.records if r.slo_class == "batch"]
+    interactive = [r for r in result.records if r.slo_class == "interactive"]
+    assert result.preemptions == 0
+    assert sum(r.outcome == "shed" for r in batch) >= 5
+    assert {r.reason for r in batch if r.outcome == "shed"} <= {
+        "saturated",
+        "reserved_for_higher_priority",
+    }
+    assert not any(r.reason in ("saturated", "reserved_for_higher_priority") for r in interactive)
+
+
+def test_the_same_inputs_give_the_same_run() -> None:
+    spec = SCENARIOS["outage"]()
+    assert simulate(spec, "slo_aware") == simulate(spec, "slo_aware")
+
+
+def test_requests_still_running_at_the_drain_deadline_are_errors() -> None:
+    spec = scenario(drain_s=0.0)
+    records = simulate(spec)
+    unfinished = [r for r in records if r.reason == "unfinished"]
+    assert unfinished and all(r.outcome == "error" for r in unfinished)
+    assert max(r.arrival_s for r in unfinished) > 19.0
+
+
+def test_thousands_of_requests_on_twenty_endpoints() -> None:
+    spec = fleet20().model_copy(update={"duration_s": 30.0})
+    plan = spec.plan()
+    result = Simulator(spec, plan, {"name": "least_loaded"}).run()
+    summary = summarize(spec, result.records, RunFacts("least_loaded", "offline"))
+    assert len(plan) > 2_500
+    assert len(result.records) == len(plan)
+    assert len({r.endpoint for r in result.records}) == 20
+    assert summary.groups["all"].success_rate > 0.99
+    assert result.requests_per_s > 0
+
+
+def test_the_store_driver_refuses_a_coroutine_that_suspends() -> None:
+    async def suspends() -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    with pytest.raises(RuntimeError, match="suspended"):
+        run_to_completion(suspends())
