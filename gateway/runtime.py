@@ -8,7 +8,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from gateway.admission import Admission
 from gateway.auth import KeyRing
@@ -30,6 +30,8 @@ from gateway.stats.redis import RedisStatsStore
 from gateway.telemetry import Metrics, log
 from policies.registry import build as build_policy
 
+REDIS_MAX_CONNECTIONS = 64
+
 
 def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, str]:
     """Redis (degrading to memory while it is down) when a URL is set, else memory."""
@@ -37,11 +39,16 @@ def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, s
     memory = MemoryStatsStore(window_s=state.window_s, bucket_s=state.bucket_s)
     if not settings.redis_url:
         return memory, "memory"
-    client = Redis.from_url(
+    # A blocking pool: under a burst, calls wait for a connection (bounded by the timeout)
+    # instead of failing with "too many connections" and sending the replica to local state.
+    pool = BlockingConnectionPool.from_url(
         settings.redis_url,
+        max_connections=REDIS_MAX_CONNECTIONS,
+        timeout=state.redis_timeout_s,
         socket_timeout=state.redis_timeout_s,
         socket_connect_timeout=state.redis_timeout_s,
     )
+    client = Redis(connection_pool=pool)
     redis = RedisStatsStore(
         client,
         window_s=state.window_s,

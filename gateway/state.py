@@ -56,13 +56,17 @@ class ResilientStore:
         self._ping = ping
         self._unreleased: list[Release] = []  # replayed on Redis once it is back
 
-    async def _run(self, op: Callable[[StatsStore], Awaitable[T]]) -> T:
+    async def _run(self, op: Callable[[StatsStore], Awaitable[T]], *, decides: bool = True) -> T:
+        """Run on Redis while it is up, else locally. Only calls that decide (reads, admission)
+        switch the replica to local state when they fail: a background write that times out
+        under load is served locally once, but is no evidence that Redis is gone."""
         if self.up:
             try:
                 async with asyncio.timeout(self.timeout_s):
                     return await op(self.primary)
             except _FAILURES as exc:
-                self._mark_down(exc)
+                if decides:
+                    self._mark_down(exc)
         return await op(self.fallback)
 
     def _mark_down(self, exc: BaseException) -> None:
@@ -71,10 +75,11 @@ class ResilientStore:
         self.up = False
 
     async def watch(self, interval_s: float = WATCH_INTERVAL_S) -> None:
-        """Owned by the app lifespan: ping while down, switch back and replay releases."""
+        """Owned by the app lifespan: ping while down, switch back and replay releases (also
+        those a slow Redis missed while it was up)."""
         while True:
             await asyncio.sleep(interval_s)
-            if not self.up:
+            if not self.up or self._unreleased:
                 await self._try_recover()
 
     async def _try_recover(self) -> None:
@@ -97,12 +102,14 @@ class ResilientStore:
                 async with asyncio.timeout(self.timeout_s):
                     await release(self.primary)
                 return
-            except _FAILURES as exc:
-                self._mark_down(exc)
+            except _FAILURES:
+                pass  # replayed by the watch once Redis answers a ping
         self._unreleased.append(release)
 
     async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
-        return await self._run(lambda s: s.acquire(endpoint_id, request_id, ttl_s=ttl_s, now=now))
+        return await self._run(
+            lambda s: s.acquire(endpoint_id, request_id, ttl_s=ttl_s, now=now), decides=False
+        )
 
     async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
         await self._release(lambda s: s.release(endpoint_id, request_id, now=time.time()))
@@ -114,7 +121,7 @@ class ResilientStore:
         return await self._run(lambda s: s.read_in_flight(endpoint_ids, now=now))
 
     async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
-        await self._run(lambda s: s.observe(endpoint_id, sample))
+        await self._run(lambda s: s.observe(endpoint_id, sample), decides=False)
 
     async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
         return await self._run(lambda s: s.hit(key, cost=cost, window_s=window_s, now=now))
@@ -159,14 +166,16 @@ class ResilientStore:
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
     ) -> BreakerState:
         return await self._run(
-            lambda s: s.record_result(endpoint_id, ok=ok, now=now, policy=policy)
+            lambda s: s.record_result(endpoint_id, ok=ok, now=now, policy=policy), decides=False
         )
 
     async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
         return await self._run(lambda s: s.claim_trial(endpoint_id, now=now, policy=policy))
 
     async def cool_down(self, endpoint_id: str, *, until_s: float, now: float) -> float:
-        return await self._run(lambda s: s.cool_down(endpoint_id, until_s=until_s, now=now))
+        return await self._run(
+            lambda s: s.cool_down(endpoint_id, until_s=until_s, now=now), decides=False
+        )
 
     async def close(self) -> None:
         await self.primary.close()
