@@ -103,9 +103,11 @@ class Admission:
             self._largest_pool_tokens = max(pool or 0 for pool in pools)
         return states
 
-    async def admit(self, route: RouteRequest, snapshots: Snapshots) -> list[EndpointSnapshot]:
-        """The candidates this request may use now; waits in the deadline queue if it must."""
-        current = snapshots()
+    async def admit(
+        self, route: RouteRequest, current: Sequence[EndpointSnapshot], snapshots: Snapshots
+    ) -> list[EndpointSnapshot]:
+        """The candidates this request may use now (`current`); waits in the deadline queue
+        if it must, then takes fresh `snapshots()`."""
         states = self._states_for(route, current)
         decision = decide(
             route.slo,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
+import secrets
 import signal
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -116,7 +117,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _incoming_id(scope) or uuid.uuid4().hex
+        request_id = _incoming_id(scope) or _new_id()
         scope.setdefault("state", {})["request_id"] = request_id
 
         async def send_with_id(message: Message) -> None:
@@ -127,6 +128,16 @@ class RequestIdMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_id)
+
+
+# A random per-process prefix and a counter: unique across replicas and restarts in practice,
+# at a fraction of uuid4's cost per request.
+_ID_PREFIX = secrets.token_hex(8)
+_ID_COUNTER = itertools.count()
+
+
+def _new_id() -> str:
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
 
 
 def _incoming_id(scope: Scope) -> str | None:

@@ -112,7 +112,9 @@ class Router:
             )
         admitted_at = time.perf_counter()
         with tracing.span("admission"):
-            eligible = await self.admission.admit(request, lambda: self.snapshots(request.model))
+            eligible = await self.admission.admit(
+                request, candidates, lambda: self.snapshots(request.model)
+            )
         waited_s = time.perf_counter() - admitted_at
         with tracing.span("routing"):
             ranking = self.policy.rank(request, eligible, self.rng)

@@ -16,7 +16,6 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
@@ -34,6 +33,7 @@ from gateway.telemetry import log
 
 T = TypeVar("T")
 Release = Callable[[StatsStore], Awaitable[None]]
+_NO_STATS = EndpointStats()
 _FAILURES = (RedisError, OSError, TimeoutError)
 WATCH_INTERVAL_S = 1.0
 
@@ -212,9 +212,11 @@ class SharedView:
             await asyncio.sleep(self.refresh_s)
 
     def stats(self, endpoint_id: str) -> EndpointStats:
-        shared = self._shared.get(endpoint_id, EndpointStats())
-        others = max(0, shared.in_flight - self._local_at_refresh[endpoint_id])
-        return replace(shared, in_flight=others + self.local[endpoint_id])
+        shared = self._shared.get(endpoint_id, _NO_STATS)
+        others = shared.in_flight - self._local_at_refresh[endpoint_id]
+        in_flight = (others if others > 0 else 0) + self.local[endpoint_id]
+        # Built directly: dataclasses.replace costs several times more, per endpoint per request.
+        return EndpointStats(in_flight, shared.latency, shared.breaker, shared.cooldown_until_s)
 
     def started(self, endpoint_id: str, tokens: int) -> None:
         self.local[endpoint_id] += 1
