@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import httpx
 import openai
@@ -15,6 +16,7 @@ from tests.fixtures.gateway import (
     config,
     endpoint,
     engine,
+    eventually,
     fleet_member,
     gateway_over,
     provider,
@@ -27,7 +29,7 @@ pytestmark = pytest.mark.integration
 AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
 
 
-def post_chat(base_url: str, **extra: object) -> httpx.Response:
+def post_chat(base_url: str, **extra: Any) -> httpx.Response:
     return httpx.post(
         base_url + "/v1/chat/completions",
         json=chat_body(**({"max_tokens": 4} | extra)),
@@ -118,15 +120,6 @@ def test_mid_stream_drop_ends_with_an_sse_error_event() -> None:
     assert '"error"' in events[-1] and "[DONE]" not in raw.text
 
 
-def wait_for(predicate: object, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if callable(predicate) and predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def in_flight_gauge(base_url: str) -> float:
     for line in httpx.get(base_url + "/metrics").text.splitlines():
         if line.startswith("slo_gateway_in_flight{"):
@@ -144,17 +137,17 @@ def test_client_disconnect_mid_stream_cancels_upstream() -> None:
         ) as response:
             first = next(response.iter_bytes())
             assert b"data:" in first
-        assert wait_for(lambda: sim_stats(engine_url)["cancelled"] == 1)
-        assert wait_for(lambda: sim_stats(engine_url)["in_progress"] == 0)
-        assert wait_for(lambda: in_flight_gauge(gateway_url) == 0)
+        assert eventually(lambda: sim_stats(engine_url)["cancelled"] == 1)
+        assert eventually(lambda: sim_stats(engine_url)["in_progress"] == 0)
+        assert eventually(lambda: in_flight_gauge(gateway_url) == 0)
 
 
 def test_client_disconnect_before_first_byte_cancels_upstream() -> None:
     with gateway_over(engine(faults={"slowdown": 200.0})) as (gateway_url, slow):
         with pytest.raises(httpx.ReadTimeout):
             post_chat_with_timeout(gateway_url, 0.5)
-        assert wait_for(lambda: sim_stats(slow)["cancelled"] == 1)
-        assert wait_for(lambda: in_flight_gauge(gateway_url) == 0)
+        assert eventually(lambda: sim_stats(slow)["cancelled"] == 1)
+        assert eventually(lambda: in_flight_gauge(gateway_url) == 0)
 
 
 def post_chat_with_timeout(base_url: str, timeout_s: float) -> httpx.Response:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,6 +21,7 @@ from tests.fixtures.gateway import (
     config,
     endpoint,
     engine,
+    eventually,
     fleet_member,
     set_faults,
 )
@@ -30,18 +32,9 @@ pytestmark = pytest.mark.integration
 AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
 
 
-def post_chat(base_url: str, max_tokens: int = 4, **extra: object) -> httpx.Response:
+def post_chat(base_url: str, max_tokens: int = 4, **extra: Any) -> httpx.Response:
     body = chat_body(max_tokens=max_tokens, stream=True, **extra)
     return httpx.post(base_url + "/v1/chat/completions", json=body, headers=AUTH, timeout=30)
-
-
-def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.redis

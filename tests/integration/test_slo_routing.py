@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -19,6 +18,7 @@ from tests.fixtures.gateway import (
     config,
     endpoint,
     engine,
+    eventually,
     fleet_member,
     running_gateway,
     runtime_of,
@@ -27,15 +27,6 @@ from tests.fixtures.gateway import (
 pytestmark = pytest.mark.integration
 AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
 SLO_AWARE = {"name": "slo_aware", "explore_fraction": 0.0, "estimate": {"min_samples": 5}}
-
-
-def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def chat(base_url: str, content: str, **extra: Any) -> httpx.Response:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,19 +20,11 @@ from tests.fixtures.gateway import (
     config,
     endpoint,
     engine,
+    eventually,
     fleet_member,
 )
 
 pytestmark = pytest.mark.integration
-
-
-def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def limited(data: dict[str, Any], tenant: str, **limits: int) -> dict[str, Any]:
