@@ -48,7 +48,7 @@ def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, s
         socket_timeout=state.redis_timeout_s,
         socket_connect_timeout=state.redis_timeout_s,
     )
-    client = Redis(connection_pool=pool)
+    client = Redis.from_pool(pool)  # the client owns the pool: closing it disconnects all
     redis = RedisStatsStore(
         client,
         window_s=state.window_s,

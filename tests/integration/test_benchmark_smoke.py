@@ -25,10 +25,20 @@ TOKENS = 8
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     out = tmp_path_factory.mktemp("relay")
-    command = [sys.executable, "-m", "benchmarks.relay", "--quick", "--no-litellm",
-               "--tokens", str(TOKENS), "--out", str(out)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=100,
-                          check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.relay",
+        "--quick",
+        "--no-litellm",
+        "--tokens",
+        str(TOKENS),
+        "--out",
+        str(out),
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=100, check=False
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     [data] = out.glob("relay-overhead-*.json")
     [text] = out.glob("relay-overhead-*.md")
@@ -36,8 +46,9 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
 
 
 @pytest.mark.integration
-def test_quick_run_measures_every_phase_on_every_system(quick_run: tuple[dict[str, Any], str]
-                                                        ) -> None:
+def test_quick_run_measures_every_phase_on_every_system(
+    quick_run: tuple[dict[str, Any], str],
+) -> None:
     result, _ = quick_run
     seen = {(r["system"], r["phase"]) for r in result["records"]}
     assert seen == {(s, p.name) for s in QUICK_SYSTEMS for p in PHASES}
@@ -49,8 +60,7 @@ def test_quick_run_measures_every_phase_on_every_system(quick_run: tuple[dict[st
 
 
 @pytest.mark.integration
-def test_every_relay_delivers_every_answer_and_token(quick_run: tuple[dict[str, Any], str]
-                                                     ) -> None:
+def test_every_relay_delivers_every_answer_and_token(quick_run: tuple[dict[str, Any], str]) -> None:
     result, _ = quick_run
     for record in result["records"]:
         where = f"{record['system']} {record['phase']}"
@@ -63,22 +73,42 @@ def test_every_relay_delivers_every_answer_and_token(quick_run: tuple[dict[str, 
 @pytest.mark.integration
 def test_markdown_has_the_tables(quick_run: tuple[dict[str, Any], str]) -> None:
     _, text = quick_run
-    for heading in ("## Figures", "## Ratios against the floor", "## Targets (issue 9)",
-                    "## Load generator and load core"):
+    for heading in (
+        "## Figures",
+        "## Ratios against the floor",
+        "## Targets (issue 9)",
+        "## Load generator and load core",
+    ):
         assert heading in text
     assert "slo-gateway, memory store" in text
 
 
 def _record(system: str, repeat: int, p50_ms: float, ok: int, cpu_s: float) -> dict[str, Any]:
-    return {"system": system, "phase": "open50", "repeat": repeat, "p50_ms": p50_ms,
-            "p99_ms": p50_ms, "ok": ok, "scheduled": ok, "wall_s": 1.0, "planned_s": 1.0,
-            "proxy_cpu_s": cpu_s, "loadgen_cpu_s": 0.1, "backend_cpu_s": 0.1, "redis_cpu_s": 0.0}
+    return {
+        "system": system,
+        "phase": "open50",
+        "repeat": repeat,
+        "p50_ms": p50_ms,
+        "p99_ms": p50_ms,
+        "ok": ok,
+        "scheduled": ok,
+        "wall_s": 1.0,
+        "planned_s": 1.0,
+        "proxy_cpu_s": cpu_s,
+        "loadgen_cpu_s": 0.1,
+        "backend_cpu_s": 0.1,
+        "redis_cpu_s": 0.0,
+    }
 
 
 def test_added_latency_is_taken_against_direct_in_the_same_repeat() -> None:
-    records = [_record("direct", 0, 1.0, 50, 0.0), _record("direct", 1, 3.0, 50, 0.0),
-               _record("relay", 0, 2.0, 50, 0.5), _record("relay", 1, 5.0, 50, 0.5),
-               _record("relay", 2, 9.0, 50, 0.5)]  # no direct in repeat 2: left out
+    records = [
+        _record("direct", 0, 1.0, 50, 0.0),
+        _record("direct", 1, 3.0, 50, 0.0),
+        _record("relay", 0, 2.0, 50, 0.5),
+        _record("relay", 1, 5.0, 50, 0.5),
+        _record("relay", 2, 9.0, 50, 0.5),
+    ]  # no direct in repeat 2: left out
     summary = report.summarise(records, ["direct", "relay"])
     assert summary["relay"]["added_p50_ms_at_50"] == pytest.approx(1.5)  # median of 1 and 2
 

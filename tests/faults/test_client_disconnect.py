@@ -1,0 +1,78 @@
+"""Fault matrix 6: a client that leaves mid-stream or before the first byte. The upstream
+request is cancelled, the lease and the tenant's concurrency slot are released, and every
+in-flight count (the gateway's store and metrics, the engine's own) is back to zero."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.faults.clients import AUTH, chat_url, eventually
+from tests.faults.shared_state import live_leases, redis_gateway, tenant_leases
+from tests.fixtures.gateway import (
+    admin_endpoints,
+    chat_body,
+    config,
+    endpoint,
+    engine,
+    fleet_member,
+    set_faults,
+    sim_stats,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.redis]
+
+
+def engine_gauge(engine_url: str, name: str) -> float:
+    for line in httpx.get(engine_url + "/metrics").text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in the engine's metrics")
+
+
+def gateway_in_flight(base_url: str) -> float:
+    lines = httpx.get(base_url + "/metrics").text.splitlines()
+    return sum(float(v.rsplit(" ", 1)[1]) for v in lines if v.startswith("slo_gateway_in_flight{"))
+
+
+def all_clear(gateway_url: str, engine_url: str, redis_url: str, prefix: str) -> bool:
+    stats = sim_stats(engine_url)
+    return (
+        stats["in_progress"] == 0
+        and engine_gauge(engine_url, "vllm:num_requests_running") == 0
+        and engine_gauge(engine_url, "vllm:num_requests_waiting") == 0
+        and admin_endpoints(gateway_url)["e1"]["in_flight"] == 0
+        and gateway_in_flight(gateway_url) == 0
+        and live_leases(redis_url, prefix, ["e1"]) == 0
+        and tenant_leases(redis_url, prefix, "acme") == 0
+    )
+
+
+def test_client_leaving_mid_stream_or_before_the_first_byte_frees_everything(
+    redis_url: str, key_prefix: str
+) -> None:
+    with fleet_member(engine()) as engine_url:
+        data = config([endpoint("e1", engine_url)], state={"refresh_s": 0.05})
+        data["tenants"]["acme"]["limits"] = {"max_concurrent": 2}
+        with redis_gateway(data, redis_url, key_prefix) as gateway:
+            body = chat_body(max_tokens=2000, stream=True)
+            with httpx.stream("POST", chat_url(gateway), json=body, headers=AUTH) as response:
+                chunks = response.iter_bytes()  # held: dropping it would close the stream
+                assert b"data:" in next(chunks)
+                assert eventually(lambda: admin_endpoints(gateway)["e1"]["in_flight"] == 1, 5)
+            assert eventually(lambda: sim_stats(engine_url)["cancelled"] == 1, 5)
+            assert eventually(lambda: all_clear(gateway, engine_url, redis_url, key_prefix), 5)
+
+            set_faults(engine_url, slowdown=100.0)  # a step now takes 1.5 s: no first byte
+            with pytest.raises(httpx.ReadTimeout):
+                httpx.post(chat_url(gateway), json=body, headers=AUTH, timeout=0.5)
+            assert eventually(lambda: sim_stats(engine_url)["cancelled"] == 2, 5)
+            assert eventually(lambda: all_clear(gateway, engine_url, redis_url, key_prefix), 5)
+            set_faults(engine_url, slowdown=1.0)
+            # Both slots of the tenant's limit are free again: two streams at once succeed.
+            short = chat_body(max_tokens=4, stream=True)
+            statuses = [
+                httpx.post(chat_url(gateway), json=short, headers=AUTH, timeout=20).status_code
+                for _ in range(2)
+            ]
+    assert statuses == [200, 200]

@@ -1,0 +1,63 @@
+"""Admin views (every GET route under /admin, and the dashboard) need the admin key: no key, a
+tenant's key or a wrong key gets 401, and with no admin key configured nobody gets in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.fixtures.gateway import (
+    ADMIN_KEY,
+    OTHER_TENANT_KEY,
+    TENANT_KEY,
+    config,
+    endpoint,
+    engine,
+    fleet_member,
+    running_gateway,
+)
+from tests.fixtures.servers import UvicornThread
+
+pytestmark = pytest.mark.integration
+REFUSED = [None, f"Bearer {TENANT_KEY}", f"Bearer {OTHER_TENANT_KEY}", "Bearer sk-guess"]
+
+
+def admin_paths(server: UvicornThread) -> list[str]:
+    """Every GET route under /admin that the app declares (so new ones are covered too)."""
+    declared = httpx.get(server.base_url + "/openapi.json").json()["paths"]
+    paths = [p for p, ops in declared.items() if p.startswith("/admin") and "get" in ops]
+    assert "/admin/endpoints" in paths and "/admin/decisions" in paths
+    return [*paths, "/dashboard"] if "/admin/dashboard.json" in paths else paths
+
+
+@pytest.fixture(scope="module")
+def engine_url() -> Iterator[str]:
+    with fleet_member(engine()) as url:
+        yield url
+
+
+def get(url: str, authorization: str | None) -> httpx.Response:
+    headers = {"authorization": authorization} if authorization else {}
+    return httpx.get(url, headers=headers, timeout=10)
+
+
+def test_admin_views_need_the_admin_key(engine_url: str) -> None:
+    with running_gateway(config([endpoint("e", engine_url)])) as server:
+        for path in admin_paths(server):
+            url = server.base_url + path
+            for authorization in REFUSED:
+                response = get(url, authorization)
+                assert response.status_code == 401, (path, authorization)
+                assert TENANT_KEY not in response.text and "acme" not in response.text
+            assert get(url, f"Bearer {ADMIN_KEY}").status_code == 200, path
+
+
+def test_without_an_admin_key_configured_no_key_opens_the_admin_views(engine_url: str) -> None:
+    data = config([endpoint("e", engine_url)], server={"admin_key_env": None})
+    with running_gateway(data) as server:
+        for path in admin_paths(server):
+            for authorization in [*REFUSED, f"Bearer {ADMIN_KEY}", "Bearer"]:
+                response = get(server.base_url + path, authorization)
+                assert response.status_code == 401, (path, authorization)
