@@ -10,6 +10,7 @@ scrapes), so deciding costs no round trip.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections import deque
@@ -100,15 +101,32 @@ class Router:
                 )
         return snapshots
 
+    def next_available_in_s(self, model: str) -> float:
+        """Seconds until the first endpoint of `model` leaves its cool-down or open breaker:
+        the Retry-After a client is told when none is in rotation (1 s when unknown)."""
+        now = time.time()
+        waits = []
+        for endpoint in self.registry.serving(model):
+            stats = self.view.stats(endpoint.id)
+            until_s = max(
+                self.registry.state(endpoint.id).cooldown_until_s,
+                stats.cooldown_until_s,
+                stats.breaker.open_until_s,
+            )
+            waits.append(until_s - now)
+        soonest = min(waits, default=0.0)
+        return soonest if soonest > 0 else 1.0
+
     async def decide(self, request: RouteRequest) -> Ranking:
         """Admit (maybe after queueing) and rank; the decision time excludes queueing."""
         started = time.perf_counter()
         candidates = self.snapshots(request.model)
         if not candidates:
+            wait_s = self.next_available_in_s(request.model)
             raise NoEndpointAvailable(
                 f"No endpoint serving {request.model!r} is available right now; retry shortly.",
                 code="no_endpoint_available",
-                headers={"retry-after": "1"},
+                headers={"retry-after": str(max(1, math.ceil(wait_s)))},
             )
         admitted_at = time.perf_counter()
         with tracing.span("admission"):
@@ -191,10 +209,14 @@ class Router:
             if state.attempt_number >= self.server.max_attempts:
                 return True
             failure = state.outcome.exception() if state.outcome else None
-            if not isinstance(failure, AttemptFailed) or not failure.quota_exhausted:
+            if not isinstance(failure, AttemptFailed):
                 return False
-            # Out of quota: retrying that endpoint is useless, but the next one may serve.
-            return order[state.attempt_number % len(order)].id == failure.endpoint_id
+            if order[state.attempt_number % len(order)].id != failure.endpoint_id:
+                return False  # the next attempt goes to another endpoint
+            # The same endpoint again: useless when it is out of quota, or when it asked for a
+            # longer wait than we may spend (the client then gets its Retry-After instead).
+            too_long = (failure.retry_after_s or 0.0) > self.server.max_retry_after_s
+            return failure.quota_exhausted or too_long
 
         return stop
 

@@ -8,6 +8,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from tests.fixtures.gateway import (
     PUBLIC_MODEL,
@@ -23,7 +27,7 @@ from tests.fixtures.gateway import (
     running_gateway,
     sim_stats,
 )
-from tests.fixtures.servers import free_port
+from tests.fixtures.servers import UvicornThread, free_port
 
 pytestmark = pytest.mark.integration
 AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
@@ -157,3 +161,29 @@ def post_chat_with_timeout(base_url: str, timeout_s: float) -> httpx.Response:
         headers=AUTH,
         timeout=timeout_s,
     )
+
+
+def test_a_long_retry_after_is_passed_on_instead_of_waited_for() -> None:
+    """A lone provider asking for 30 s: no pointless retries; the client gets 429 with that
+    Retry-After, then 503 with the time left while the endpoint cools down."""
+    calls: list[int] = []
+
+    async def limited(request: Request) -> JSONResponse:
+        calls.append(1)
+        body = {"error": {"message": "slow down", "type": "rate_limit_error", "code": None}}
+        return JSONResponse(body, status_code=429, headers={"retry-after": "30"})
+
+    app = Starlette(routes=[Route("/v1/chat/completions", limited, methods=["POST"])])
+    with UvicornThread(app) as upstream:
+        data = config([endpoint("hosted", upstream.base_url, kind="openai")])
+        with running_gateway(data) as gateway:
+            started = time.perf_counter()
+            first = post_chat(gateway.base_url)
+            elapsed_s = time.perf_counter() - started
+            second = post_chat(gateway.base_url)
+    assert first.status_code == 429 and elapsed_s < 3
+    assert first.headers["x-slo-gateway-reason"] == "upstream_rate_limited"
+    assert 25 <= int(first.headers["retry-after"]) <= 30
+    assert second.status_code == 503
+    assert 25 <= int(second.headers["retry-after"]) <= 30
+    assert len(calls) == 1
