@@ -3,6 +3,8 @@
 This replica's count changes at once (`SharedView.started/finished`); the shared lease is taken
 and dropped in background tasks, the drop chained after the take so they never cross. Other
 replicas see the lease at their next view refresh, which is as fresh as they could read it.
+Leases held past a third of their TTL are refreshed (`run`), so a stream longer than the TTL
+stays counted by every replica, while a crashed replica's leases still expire.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class LeaseBook:
         self.ttl_s = ttl_s  # outlives any sane request; a dead replica's leases expire
         # (endpoint, request) -> (the shared take, KV footprint, in-flight when taken)
         self._taking: dict[tuple[str, str], tuple[asyncio.Task[int], int, int]] = {}
+        self._refreshed_at: dict[tuple[str, str], float] = {}  # when each lease was last taken
 
     def take(self, endpoint_id: str, request_id: str, tokens: int) -> None:
         """Lease `endpoint_id` for a request whose KV footprint is `tokens`."""
@@ -42,6 +45,7 @@ class LeaseBook:
         )
         in_flight = self.view.stats(endpoint_id).in_flight
         self._taking[(endpoint_id, request_id)] = (taking, tokens, in_flight)
+        self._refreshed_at[(endpoint_id, request_id)] = time.time()
 
     def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int:
         """Gateway-wide in-flight on the endpoint when this lease was taken, itself included:
@@ -51,6 +55,7 @@ class LeaseBook:
 
     def drop(self, endpoint_id: str, request_id: str) -> None:
         held = self._taking.pop((endpoint_id, request_id), None)
+        self._refreshed_at.pop((endpoint_id, request_id), None)
         if held is None:
             return  # never taken, or already dropped
         taking, tokens, _ = held
@@ -61,6 +66,22 @@ class LeaseBook:
     async def _drop(self, endpoint_id: str, request_id: str, taking: asyncio.Task[int]) -> None:
         await asyncio.wait({taking})
         await self.store.release(endpoint_id, request_id, now=time.time())
+
+    async def run(self) -> None:
+        """Owned by the app lifespan: refresh every lease held past a third of its TTL."""
+        period_s = self.ttl_s / 3
+        while True:
+            await asyncio.sleep(period_s)
+            now = time.time()
+            for key, taken_at in list(self._refreshed_at.items()):
+                if now - taken_at >= period_s:
+                    self._refreshed_at[key] = now
+                    self.background.spawn(self._refresh(*key, now))
+
+    async def _refresh(self, endpoint_id: str, request_id: str, now: float) -> None:
+        await self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=now)
+        if (endpoint_id, request_id) not in self._taking:  # dropped meanwhile: undo
+            await self.store.release(endpoint_id, request_id, now=time.time())
 
     @property
     def held(self) -> int:

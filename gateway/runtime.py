@@ -139,6 +139,7 @@ class Runtime:
             self.scraper.run(),
             self.health.run(),
             self.admission.run(),
+            self.router.finisher.leases.run(),
         ]
         if isinstance(self.store, ResilientStore):
             jobs.append(self.store.watch())
