@@ -41,10 +41,6 @@ class MappedAiohttpTransport(AiohttpTransport):
             raise httpx.RemoteProtocolError(str(exc), request=request) from exc
 
 
-def is_retryable(status: int) -> bool:
-    return status == 429 or (status >= 500 and status != 501)
-
-
 @dataclass(frozen=True, slots=True)
 class UpstreamCall:
     request_id: str

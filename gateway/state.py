@@ -133,16 +133,6 @@ class ResilientStore:
             lambda s: s.try_hit(key, cost=cost, limit=limit, window_s=window_s, now=now)
         )
 
-    async def try_acquire(
-        self, scope: str, request_id: str, *, limit: int, ttl_s: float, now: float
-    ) -> bool:
-        return await self._run(
-            lambda s: s.try_acquire(scope, request_id, limit=limit, ttl_s=ttl_s, now=now)
-        )
-
-    async def release_scope(self, scope: str, request_id: str, *, now: float) -> None:
-        await self._release(lambda s: s.release_scope(scope, request_id, now=time.time()))
-
     async def admit_tenant(
         self,
         tenant: str,

@@ -5,8 +5,7 @@ Two implementations keep one contract (proven by one suite in tests/contract/):
 Callers pass `now` (unix seconds, wall clock: replicas compare it) so tests can drive time.
 
     leases          acquire / release: in-flight count per endpoint over all replicas, with a TTL
-                    so a crashed replica's leases expire; try_acquire / release_scope: the same
-                    under a limit (tenant concurrency)
+                    so a crashed replica's leases expire
     estimates       observe a finished request; read() returns rolling estimates (window.py)
     rate windows    hit / try_hit: cost in the last window_s, exact across replicas
     tenants         admit_tenant: every limit of a tenant checked and counted at once, or none;
@@ -91,14 +90,6 @@ class StatsStore(Protocol):
     ) -> tuple[bool, int]:
         """Add `cost` only if the window's total stays <= limit: (added, total afterwards)."""
         ...
-
-    async def try_acquire(
-        self, scope: str, request_id: str, *, limit: int, ttl_s: float, now: float
-    ) -> bool:
-        """Take a lease in `scope` unless `limit` live leases exist (re-acquiring refreshes)."""
-        ...
-
-    async def release_scope(self, scope: str, request_id: str, *, now: float) -> None: ...
 
     async def admit_tenant(
         self,

@@ -3,7 +3,6 @@
     <prefix>{ep:<endpoint>}:leases        zset  request id -> lease expiry (unix s)
     <prefix>{ep:<endpoint>}:lat:<bucket>  hash  latency sums of one time bucket (see window.py)
     <prefix>{ep:<endpoint>}:health        hash  breaker state and provider cooldown
-    <prefix>{scope:<scope>}:leases        zset  concurrency-limited leases (e.g. a tenant)
     <prefix>{rate:<key>}                  hash  rate-window slot -> cost
     <prefix>{tenant:<tenant>}:<part>      hash/zset  a tenant's requests and tokens windows and
                                           concurrency leases, one slot so one script admits
@@ -45,9 +44,6 @@ class KeySpace:
 
     def health(self, endpoint_id: str) -> str:
         return f"{self.prefix}{{ep:{endpoint_id}}}:health"
-
-    def scope_leases(self, scope: str) -> str:
-        return f"{self.prefix}{{scope:{scope}}}:leases"
 
     def rate(self, key: str) -> str:
         return f"{self.prefix}{{rate:{key}}}"

@@ -30,7 +30,7 @@ class MemoryStatsStore:
         self.half_life_s = half_life_s or window_s / 4
         self._bucket_count = math.ceil(window_s / bucket_s)
         self._leases: dict[str, dict[str, float]] = {}
-        self._scopes: dict[str, dict[str, float]] = {}
+        self._tenant_leases: dict[str, dict[str, float]] = {}
         self._buckets: dict[str, dict[int, _Fields]] = {}
         self._rates: dict[str, dict[int, int]] = {}
         self._breakers: dict[str, BreakerState] = {}
@@ -46,18 +46,6 @@ class MemoryStatsStore:
 
     async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
         self._leases.get(endpoint_id, {}).pop(request_id, None)
-
-    async def try_acquire(
-        self, scope: str, request_id: str, *, limit: int, ttl_s: float, now: float
-    ) -> bool:
-        leases = _live(self._scopes, scope, now)
-        if len(leases) >= limit and request_id not in leases:
-            return False
-        leases[request_id] = now + ttl_s
-        return True
-
-    async def release_scope(self, scope: str, request_id: str, *, now: float) -> None:
-        self._scopes.get(scope, {}).pop(request_id, None)
 
     async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
         return {eid: self._stats(eid, now) for eid in endpoint_ids}
@@ -103,7 +91,7 @@ class MemoryStatsStore:
         if quota.tokens is not None and self._total(tokens_key, quota, now) + tokens > quota.tokens:
             return "tokens"
         if quota.concurrent is not None:
-            leases = _live(self._scopes, f"tenant:{tenant}", now)
+            leases = _live(self._tenant_leases, f"tenant:{tenant}", now)
             if len(leases) >= quota.concurrent:
                 return "concurrency"
             leases[request_id] = now + ttl_s
@@ -114,7 +102,7 @@ class MemoryStatsStore:
         return "admitted"
 
     async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None:
-        self._scopes.get(f"tenant:{tenant}", {}).pop(request_id, None)
+        self._tenant_leases.get(f"tenant:{tenant}", {}).pop(request_id, None)
 
     def _total(self, key: str, quota: TenantQuota, now: float) -> int:
         _, total = self._rate(key, 0, None, quota.window_s, now)

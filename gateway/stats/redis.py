@@ -93,15 +93,6 @@ class RedisStatsStore:
     async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
         await self.client.zrem(self.keys.leases(endpoint_id), request_id)
 
-    async def try_acquire(
-        self, scope: str, request_id: str, *, limit: int, ttl_s: float, now: float
-    ) -> bool:
-        held, _ = await self._lease(self.keys.scope_leases(scope), request_id, ttl_s, now, limit)
-        return held
-
-    async def release_scope(self, scope: str, request_id: str, *, now: float) -> None:
-        await self.client.zrem(self.keys.scope_leases(scope), request_id)
-
     async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
         newest = window.bucket_index(now, self.bucket_s)
         buckets = range(newest, newest - self._bucket_count, -1)

@@ -68,32 +68,3 @@ async def test_leases_of_a_crashed_client_expire(stores: StoreClients) -> None:
     assert await in_flight(survivor, "a", NOW + 1) == 51
     assert await in_flight(survivor, "a", NOW + 6) == 1
     assert await survivor.acquire("a", "s2", ttl_s=60, now=NOW + 6) == 2
-
-
-async def test_try_acquire_admits_exactly_the_limit_under_concurrency(
-    stores: StoreClients,
-) -> None:
-    clients = stores.open(4)
-    admitted = await asyncio.gather(
-        *(
-            clients[i % 4].try_acquire("tenant:acme", f"r{i}", limit=7, ttl_s=60, now=NOW)
-            for i in range(50)
-        )
-    )
-    assert sum(admitted) == 7
-
-
-async def test_try_acquire_frees_a_slot_on_release_and_on_expiry(store: StatsStore) -> None:
-    assert await store.try_acquire("t", "r1", limit=2, ttl_s=10, now=NOW)
-    assert await store.try_acquire("t", "r2", limit=2, ttl_s=60, now=NOW)
-    assert not await store.try_acquire("t", "r3", limit=2, ttl_s=60, now=NOW)
-    assert await store.try_acquire("t", "r1", limit=2, ttl_s=10, now=NOW), "a holder re-acquires"
-    await store.release_scope("t", "r2", now=NOW)
-    assert await store.try_acquire("t", "r3", limit=2, ttl_s=60, now=NOW)
-    assert await store.try_acquire("t", "r4", limit=2, ttl_s=60, now=NOW + 10), "r1 expired"
-    assert not await store.try_acquire("t", "r5", limit=2, ttl_s=60, now=NOW + 10)
-
-
-async def test_scope_leases_and_endpoint_leases_are_separate(store: StatsStore) -> None:
-    await store.try_acquire("a", "r1", limit=5, ttl_s=60, now=NOW)
-    assert await in_flight(store, "a", NOW) == 0

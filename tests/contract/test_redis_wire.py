@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Connection, ConnectionPool, Redis
 from redis.crc import key_slot
 
-from gateway.stats.base import LatencySample
+from gateway.stats.base import LatencySample, TenantQuota
 from gateway.stats.breaker import BreakerPolicy
 from gateway.stats.redis import SCRIPTS, RedisStatsStore
 
@@ -85,7 +85,8 @@ async def test_each_hot_path_operation_is_one_round_trip(counted: RedisStatsStor
 async def exercise_every_key(store: RedisStatsStore) -> None:
     policy = BreakerPolicy(failure_threshold=1)
     await store.acquire("a", "r1", ttl_s=30, now=NOW)
-    await store.try_acquire("tenant:acme", "r1", limit=3, ttl_s=30, now=NOW)
+    quota = TenantQuota(requests=5, tokens=1000, concurrent=3)
+    await store.admit_tenant("acme", "r1", tokens=10, quota=quota, ttl_s=30, now=NOW)
     await store.observe("a", sample(NOW))
     await store.hit("tenant:acme:rpm", cost=1, window_s=60, now=NOW)
     await store.try_hit("tenant:acme:tpm", cost=100, limit=1000, window_s=60, now=NOW)
@@ -99,7 +100,7 @@ async def test_every_key_has_a_ttl(redis_client: Redis, redis_url: str, key_pref
     store = RedisStatsStore(redis_client, prefix=key_prefix)
     await exercise_every_key(store)
     found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}*")]
-    assert len(found) == 8
+    assert len(found) == 10  # incl. a tenant's three keys (requests, tokens, concurrency)
     for key in found:
         assert await redis_client.pttl(key) > 0, key
     assert await redis_client.pttl(store.keys.health("c")) > 3600_000
