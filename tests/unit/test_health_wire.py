@@ -19,6 +19,7 @@ from gateway.settings import EndpointConfig
 from gateway.stats.breaker import BreakerPolicy
 from gateway.stats.memory import MemoryStatsStore
 from gateway.stats.redis import RedisStatsStore
+from tests.fixtures.loops import ParkingSleep, run_rounds
 from tests.fixtures.servers import free_port, serve_app
 
 pytestmark = pytest.mark.integration
@@ -175,25 +176,12 @@ async def test_run_probes_every_interval(
     upstream: tuple[Upstream, str], client: httpx.AsyncClient
 ) -> None:
     server, url = upstream
-    delays: list[float] = []
-
-    async def sleep(delay_s: float) -> None:
-        delays.append(delay_s)
-        if len(delays) >= 2:
-            await asyncio.Event().wait()  # park: the test cancels run()
-
+    sleep = ParkingSleep(rounds=2)
     checker = HealthChecker(
         [endpoint("e1", "vllm", url)], MemoryStatsStore(), client, interval_s=7.0, sleep=sleep
     )
-    task = asyncio.create_task(checker.run())
-    for _ in range(500):
-        if len(delays) >= 2:
-            break
-        await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert delays == [7.0, 7.0]
+    await run_rounds(checker.run(), sleep)
+    assert sleep.delays == [7.0, 7.0]
     assert server.hits == ["/health", "/health"]
 
 
@@ -204,24 +192,11 @@ async def test_run_survives_an_unreachable_store_and_logs_once(
 ) -> None:
     server, url = upstream
     store = RedisStatsStore.from_url(f"redis://127.0.0.1:{free_port()}/0")  # nobody listens
-    delays: list[float] = []
-
-    async def sleep(delay_s: float) -> None:
-        delays.append(delay_s)
-        if len(delays) >= 3:
-            await asyncio.Event().wait()  # park: the test cancels run()
-
+    sleep = ParkingSleep(rounds=3)
     checker = HealthChecker([endpoint("e1", "vllm", url)], store, client, sleep=sleep)
     with caplog.at_level(logging.WARNING, logger="slo_gateway"):
-        task = asyncio.create_task(checker.run())
-        for _ in range(500):
-            if len(delays) >= 3:
-                break
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await run_rounds(checker.run(), sleep)
     await store.close()
-    assert len(delays) == 3, "the loop kept going"
+    assert len(sleep.delays) == 3, "the loop kept going"
     assert server.hits == [], "no probe without the shared breaker state"
     assert len([r for r in caplog.records if "store unavailable" in r.getMessage()]) == 1

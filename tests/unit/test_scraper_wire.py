@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,6 +16,7 @@ from starlette.routing import Route
 from gateway.scraper import Scraper
 from gateway.settings import EndpointConfig
 from policies.base import EngineSignals
+from tests.fixtures.loops import ParkingSleep, run_rounds
 from tests.fixtures.servers import serve_app
 
 pytestmark = pytest.mark.integration
@@ -132,23 +132,10 @@ async def test_run_polls_each_endpoint_once_per_interval(
     metrics: tuple[MetricsServer, str], client: httpx.AsyncClient
 ) -> None:
     server, url = metrics
-    delays: list[float] = []
-
-    async def sleep(delay_s: float) -> None:
-        delays.append(delay_s)
-        if len(delays) >= 3:
-            await asyncio.Event().wait()  # park: the test cancels run()
-
+    sleep = ParkingSleep(rounds=3)
     scraper = Scraper(
         [endpoint("e1", f"{url}/v1")], client, interval_s=0.25, clock=FakeClock(), sleep=sleep
     )
-    task = asyncio.create_task(scraper.run())
-    for _ in range(500):
-        if len(delays) >= 3:
-            break
-        await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert delays == [0.25, 0.25, 0.25], "no time passed on the fake clock: a full interval"
+    await run_rounds(scraper.run(), sleep)
+    assert sleep.delays == [0.25, 0.25, 0.25], "no time passed on the fake clock: a full interval"
     assert len(server.hits) == 3
