@@ -39,7 +39,8 @@ DISPATCH_TICK_S = 0.02
 DISPATCH_PER_TICK = 4  # engine gauges lag: pace dispatches so one tick cannot flood an endpoint
 
 Snapshots = Callable[[], Sequence[EndpointSnapshot]]
-_TENANT_REASONS = {
+TENANT_RETRY_AFTER_S = TENANT_WINDOW_S / 6  # a tenant window moves on in slots of this size
+TENANT_REASONS = {
     "requests": Reason.TENANT_RATE_LIMITED,
     "tokens": Reason.TENANT_TOKEN_LIMITED,
     "concurrency": Reason.TENANT_CONCURRENCY_LIMITED,
@@ -207,7 +208,7 @@ class Admission:
             now=time.time(),
         )
         if verdict != "admitted":
-            raise self._shed(route, 429, _TENANT_REASONS[verdict], TENANT_WINDOW_S / 6)
+            raise self._shed(route, 429, TENANT_REASONS[verdict], TENANT_RETRY_AFTER_S)
 
     def finished(self, route: RouteRequest) -> None:
         """Give back the tenant's concurrency slot (a no-op for tenants without one)."""

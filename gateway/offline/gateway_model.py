@@ -27,7 +27,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from gateway.admission import TENANT_WINDOW_S
+from gateway.admission import TENANT_REASONS, TENANT_RETRY_AFTER_S, TENANT_WINDOW_S
 from gateway.offline.members import EngineGauges, Refusal, engine_gauges
 from gateway.offline.scenario import Scenario
 from gateway.registry import Registry
@@ -39,18 +39,12 @@ from gateway.stats.base import EndpointStats, LatencySample, TenantQuota
 from gateway.stats.breaker import BreakerPolicy
 from gateway.stats.memory import MemoryStatsStore
 from policies import admission
-from policies.admission import Admit, DeadlineQueue, Decision, Reason, Reject, Saturation
+from policies.admission import Admit, DeadlineQueue, Decision, Reject, Saturation
 from policies.base import EndpointSnapshot, EngineSignals, Ranking, RouteRequest
 from policies.registry import build as build_policy
 
 T = TypeVar("T")
 _NO_STATS = EndpointStats()
-TENANT_RETRY_AFTER_S = TENANT_WINDOW_S / 6
-_TENANT_REASONS = {
-    "requests": Reason.TENANT_RATE_LIMITED,
-    "tokens": Reason.TENANT_TOKEN_LIMITED,
-    "concurrency": Reason.TENANT_CONCURRENCY_LIMITED,
-}  # as gateway/admission.py answers
 
 
 def run_to_completion(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -206,7 +200,7 @@ class GatewayModel:
         )
         if verdict == "admitted":
             return None
-        return Reject(429, _TENANT_REASONS[verdict], TENANT_RETRY_AFTER_S)
+        return Reject(429, TENANT_REASONS[verdict], TENANT_RETRY_AFTER_S)
 
     def admit(
         self, route: RouteRequest, snapshots: Sequence[EndpointSnapshot], now_s: float
