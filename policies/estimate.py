@@ -8,9 +8,9 @@ Model (seconds)
     service   = a + b·P                                    prefill of this request
     wait      = queued · (a + b·P̄)                         prefill work queued ahead of it
     ttft_mean = service + wait + Σ rate·penalty
-    ttft_p95  = (service + wait)·ttft_spread + wait·(1 − trust) + Σ min(1, rate/0.05)·penalty
+    ttft_p95  = u·(service + wait)·ttft_spread + wait·(1 − trust) + Σ min(1, rate/0.05)·penalty
     tpot_mean = w·(c + d·(I + 1)) + (1 − w)·t·(1 + running / tpot_double_running)
-    tpot_p95  = tpot_mean · tpot_spread
+    tpot_p95  = u·tpot_mean·tpot_spread
     e2e_p95   = ttft_p95 + tpot_p95·N                      (used for deadline classes)
 
 Coefficients, each blended between the endpoint's statistics and a prior by warmth
@@ -28,7 +28,18 @@ Coefficients, each blended between the endpoint's statistics and a prior by warm
     t         the prior's TPOT of an idle endpoint; `tpot_double_running` = running sequences
               that double it (the endpoint's max_concurrency, its batch size, when configured;
               None: TPOT does not grow with our load, as for a large hosted fleet).
-    spreads   p95/mean: observed `ttft_p95_s / ttft_mean_s` (and TPOT alike), else the prior's.
+    spreads   p95/mean around the model's mean: the prior's, lowered towards the observed
+              `ttft_p95_s / ttft_mean_s` (and TPOT alike) but never raised by it. The observed
+              ratio is over the whole window, so it also holds the variation that the model
+              already explains (prompt lengths, load, queues) and overstates the spread left
+              around a prediction; it can show that an endpoint is steadier than the prior says,
+              not that it is wilder (a slower endpoint shows in the fitted mean instead).
+    u         uncertainty = 1 + (cold_uncertainty − 1)·(1 − w): how much slower than its blended
+              estimate an endpoint could plausibly be while its statistics are thin (a prior is
+              only a guess about this endpoint). 1 once warm. The p95s above are the cautious
+              bound; p95 / u² is the optimistic one (u times faster than the central estimate).
+              Policies trust an endpoint to meet an SLO when the cautious bound meets it, and
+              call it unproven when only the optimistic one does.
     rates     throttled (429) and other errors per sample, times w (few samples say little);
               a 429 costs `throttle_penalty_s` (a Retry-After), an error `error_penalty_s` (a
               failover). The p95 carries the full penalty once the rate reaches 5%.
@@ -43,13 +54,18 @@ Load: instantaneous gateway counts fused with lagging engine gauges
 A missing observation (no fit, no mean, no p95) counts as the prior's value.
 
 Parameters (`EstimateParams`, defaults)
-    min_samples 20 · gauge_half_life_s 2.0 · default_output_tokens 256 · mean_prompt_tokens 1000
-    throttle_penalty_s 1.0 · error_penalty_s 0.5
-    priors.vllm    ttft_base_s 0.05, ttft_per_token_s 1e-4, tpot_s 0.02, ttft_spread 1.5,
-                   tpot_spread 1.3, batch_slots 128, tpot_double_running 128
+    min_samples 10 · cold_uncertainty 3.0 · gauge_half_life_s 2.0 · default_output_tokens 256
+    mean_prompt_tokens 1000 · throttle_penalty_s 1.0 · error_penalty_s 0.5
+    priors.vllm    ttft_base_s 0.05, ttft_per_token_s 1e-4, tpot_s 0.02, ttft_spread 2.0,
+                   tpot_spread 1.6, batch_slots 128, tpot_double_running 128
     priors.openai  ttft_base_s 0.5, ttft_per_token_s 2e-5, tpot_s 0.015, ttft_spread 2.5,
                    tpot_spread 1.5, batch_slots None, tpot_double_running None
-    endpoint_priors  {endpoint_id: prior}, replacing the kind's prior for that endpoint
+    endpoint_priors  {endpoint_id: prior}, replacing the kind's prior for that endpoint (seed
+                   them from `slo-gateway bench` runs against each endpoint)
+    Spreads are ceilings (see above), so the vLLM prior's allow for continuous batching:
+    prefills of arriving requests stall running decodes (TPOT) and queue behind each other
+    (TTFT). cold_uncertainty 3 says a prior may be off by up to 3×: a cold vLLM replica then
+    proves itself before it is trusted with a TPOT target under 3 × 0.02 × 1.6 ≈ 0.1 s.
 
 Use: build `Estimator(params)` once (it copies the validated params into plain attributes),
 then `estimator.predict(request, snapshot) -> Prediction` per candidate.
@@ -74,8 +90,8 @@ class EndpointPrior(BaseModel):
     ttft_base_s: float = Field(default=0.05, ge=0)
     ttft_per_token_s: float = Field(default=1e-4, ge=0)
     tpot_s: float = Field(default=0.02, gt=0)
-    ttft_spread: float = Field(default=1.5, ge=1, description="TTFT p95 / mean")
-    tpot_spread: float = Field(default=1.3, ge=1, description="TPOT p95 / mean")
+    ttft_spread: float = Field(default=2.0, ge=1, description="TTFT p95 / mean, a ceiling")
+    tpot_spread: float = Field(default=1.6, ge=1, description="TPOT p95 / mean, a ceiling")
     batch_slots: int | None = Field(default=128, ge=1)
     tpot_double_running: float | None = Field(default=128.0, gt=0)
 
@@ -100,7 +116,8 @@ class KindPriors(BaseModel):
 
 class EstimateParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    min_samples: int = Field(default=20, ge=1)
+    min_samples: int = Field(default=10, ge=1)
+    cold_uncertainty: float = Field(default=3.0, ge=1, description="a prior may be off by")
     gauge_half_life_s: float = Field(default=2.0, gt=0)
     default_output_tokens: int = Field(default=256, ge=1)
     mean_prompt_tokens: float = Field(default=1000.0, ge=0)
@@ -118,6 +135,7 @@ class Prediction(NamedTuple):
     output_tokens: int
     queued: float  # requests estimated ahead of this one
     cold: bool
+    uncertainty: float = 1.0  # u ≥ 1: the p95s are cautious by this factor (1 when warm)
 
     @property
     def e2e_p95_s(self) -> float:
@@ -140,6 +158,7 @@ class Estimator:
     __slots__ = (
         "_endpoint_priors",
         "_error_penalty_s",
+        "_extra_uncertainty",
         "_half_life_s",
         "_kind_priors",
         "_mean_prompt_tokens",
@@ -157,6 +176,7 @@ class Estimator:
         self._mean_prompt_tokens = params.mean_prompt_tokens
         self._throttle_penalty_s = params.throttle_penalty_s
         self._error_penalty_s = params.error_penalty_s
+        self._extra_uncertainty = params.cold_uncertainty - 1.0
         self._kind_priors = {
             "vllm": _Prior.of(params.priors.vllm),
             "openai": _Prior.of(params.priors.openai),
@@ -182,20 +202,22 @@ class Estimator:
         a, b = _ttft_coefficients(stats, prior, warmth, self._mean_prompt_tokens)
         wait_s = queued * (a + b * (stats.prompt_tokens_mean or self._mean_prompt_tokens))
         ahead_s = a + b * request.prompt_tokens + wait_s
-        spread = _spread(stats.ttft_p95_s, stats.ttft_mean_s, prior.ttft_spread, warmth)
         tpot_s = _tpot_mean(snapshot, prior, warmth, running)
+        uncertainty = 1.0 + self._extra_uncertainty * (1.0 - warmth)
+        spread = _spread(stats.ttft_p95_s, stats.ttft_mean_s, prior.ttft_spread, warmth)
         tpot_spread = _spread(stats.tpot_p95_s, stats.tpot_mean_s, prior.tpot_spread, warmth)
         penalty_mean_s = penalty_p95_s = 0.0
         if stats.errors and stats.samples:
             penalty_mean_s, penalty_p95_s = self._failure_penalties(stats, warmth)
         return Prediction(  # positional: cheaper than keywords on this path
             ahead_s + penalty_mean_s,
-            ahead_s * spread + wait_s * (1 - trust) + penalty_p95_s,
+            uncertainty * ahead_s * spread + wait_s * (1 - trust) + penalty_p95_s,
             tpot_s,
-            tpot_s * tpot_spread,
+            uncertainty * tpot_s * tpot_spread,
             request.max_tokens or self.default_output_tokens,
             queued,
             warmth < 1.0,
+            uncertainty,
         )
 
     def _failure_penalties(self, stats: LatencyEstimate, warmth: float) -> tuple[float, float]:
@@ -295,8 +317,8 @@ def _tpot_mean(snapshot: EndpointSnapshot, prior: _Prior, warmth: float, running
 
 
 def _spread(quantile: float | None, mean: float | None, prior: float, warmth: float) -> float:
-    """p95 / mean, observed (at least 1) blended with the prior by warmth."""
-    if quantile is None or not mean:
+    """p95 / mean: the prior's, lowered by warmth towards an observed one below it."""
+    if quantile is None or not mean or quantile >= prior * mean:
         return prior
     observed = quantile / mean if quantile > mean else 1.0
     return prior + warmth * (observed - prior)

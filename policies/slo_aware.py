@@ -2,18 +2,27 @@
 
 Method
 1. Predict TTFT and TPOT, mean and p95, for the request on every candidate (`policies.estimate`).
+   The p95s are cautious: widened by the estimate's uncertainty u while an endpoint has few
+   observations (u = 1 once warm).
 2. Headroom = min over the targets the class sets of (1 − predicted p95 / target):
        ttft_p95 vs ttft_s,   tpot_p95 vs tpot_s,   ttft_p95 + tpot_p95·N vs deadline_s
    (N = max_tokens or the estimate's default). A fraction of the SLO, so targets of different
-   units compare; +inf when the class sets no target. The endpoint *meets* the SLO when ≥ 0.
-3. Endpoints that meet it come first: cheapest for this request (prompt and N tokens at the
-   endpoint's prices), self-hosted (kind vllm) before hosted at equal cost, then the most
-   headroom, then the lowest predicted p95 TTFT, then a random tie-break. The rest follow, best
-   predicted first (most headroom, i.e. least negative). All candidates are returned: the
-   ranking is the failover order.
+   units compare; +inf when the class sets no target.
+3. Each endpoint falls in one of three tiers, and the ranking takes them in this order:
+   - meets: headroom ≥ 0. Cheapest for this request first (prompt and N tokens at the
+     endpoint's prices), self-hosted (kind vllm) before hosted at equal cost, then the most
+     headroom, then the lowest predicted p95 TTFT.
+   - unproven: misses at the cautious p95 but meets at the optimistic one (p95 / u²): a cold
+     endpoint whose prior is too thin to judge. Least utilised first (in-flight leases over
+     max_concurrency, or in-flight alone without one), then the cheapest. Without evidence
+     the best bet is to spread load, as least_loaded does; concentrating it on one
+     unmeasured endpoint (the cheapest by its prior) stakes every request on that prior.
+   - misses: the most headroom first (the least negative: the best predicted).
+   Remaining ties break at random. All candidates are returned: the ranking is the failover
+   order.
 4. The ranking reports the first endpoint's predicted mean and p95 TTFT (`predicted_ttft_s`,
    `predicted_ttft_p95_s`), `at_risk` when it is not predicted to meet the SLO, and a reason:
-   `slo_met`, `slo_at_risk` (no candidate meets it) or `explore`.
+   `slo_met`, `slo_at_risk` (no candidate is predicted to meet it) or `explore`.
 5. Exploration: with probability `explore_fraction`, a cold endpoint (fewer observations than
    the estimate's `min_samples`), drawn uniformly, goes first, so endpoints whose priors look
    slow still get measured. Randomness comes only from the injected rng.
@@ -41,15 +50,16 @@ class Params(BaseModel):
     estimate: EstimateParams = EstimateParams()
 
 
-def headroom(slo: SloTarget, prediction: Prediction) -> float:
-    """Fraction of the tightest target left over at the p95; negative when it is missed."""
+def headroom(slo: SloTarget, prediction: Prediction, scale: float = 1.0) -> float:
+    """Fraction of the tightest target left over at the p95 (times `scale`); negative when it
+    is missed."""
     room = math.inf
     if slo.ttft_s is not None:
-        room = 1 - prediction.ttft_p95_s / slo.ttft_s
+        room = 1 - scale * prediction.ttft_p95_s / slo.ttft_s
     if slo.tpot_s is not None:
-        room = min(room, 1 - prediction.tpot_p95_s / slo.tpot_s)
+        room = min(room, 1 - scale * prediction.tpot_p95_s / slo.tpot_s)
     if slo.deadline_s is not None:
-        room = min(room, 1 - prediction.e2e_p95_s / slo.deadline_s)
+        room = min(room, 1 - scale * prediction.e2e_p95_s / slo.deadline_s)
     return room
 
 
@@ -93,10 +103,11 @@ class SloAware:
         return any(predictions[i].cold for i in order[1:])
 
 
-MEETS, MISSES = 0.0, 1.0
+MEETS, UNPROVEN, MISSES = 0.0, 1.0, 2.0
 
 
-# (meets or misses, cost, hosted, -headroom, ttft p95, random tie, candidate index)
+# (tier, then per tier: cost, hosted, -headroom, ttft p95 | utilisation, cost, 0, 0 |
+#  -headroom, ttft p95, 0, 0; random tie, candidate index)
 SortKey = tuple[float, float, float, float, float, float, int]
 
 
@@ -109,8 +120,18 @@ def _sort_key(
 ) -> SortKey:
     """Plain tuples sort fastest; the index (unique) ends every key so ties never compare more."""
     room = headroom(request.slo, prediction)
-    if room < 0:
-        return (MISSES, -room, prediction.ttft_p95_s, 0.0, 0.0, tie, index)
-    cost = snapshot.cost(request.prompt_tokens, prediction.output_tokens)
-    hosted = 0.0 if snapshot.self_hosted else 1.0
-    return (MEETS, cost, hosted, -room, prediction.ttft_p95_s, tie, index)
+    if room >= 0:
+        cost = snapshot.cost(request.prompt_tokens, prediction.output_tokens)
+        hosted = 0.0 if snapshot.self_hosted else 1.0
+        return (MEETS, cost, hosted, -room, prediction.ttft_p95_s, tie, index)
+    uncertainty = prediction.uncertainty
+    if uncertainty > 1.0 and headroom(request.slo, prediction, 1 / uncertainty**2) >= 0:
+        cost = snapshot.cost(request.prompt_tokens, prediction.output_tokens)
+        return (UNPROVEN, utilisation(snapshot), cost, 0.0, 0.0, tie, index)
+    return (MISSES, -room, prediction.ttft_p95_s, 0.0, 0.0, tie, index)
+
+
+def utilisation(snapshot: EndpointSnapshot) -> float:
+    """In-flight leases over max_concurrency, or the in-flight count without a limit."""
+    limit = snapshot.max_concurrency
+    return snapshot.in_flight / limit if limit else float(snapshot.in_flight)

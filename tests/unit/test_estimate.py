@@ -12,7 +12,7 @@ from policies.estimate import EndpointPrior, EstimateParams, Estimator
 
 PARAMS = EstimateParams()
 ESTIMATE = Estimator(PARAMS)
-VLLM = PARAMS.priors.vllm  # a = 0.05 s, b = 1e-4 s/token, tpot 0.02 s, spreads 1.5 / 1.3
+VLLM = PARAMS.priors.vllm  # a = 0.05 s, b = 1e-4 s/token, tpot 0.02 s, spreads 2.0 / 1.6
 WARM = LatencyEstimate(samples=100, ttft_mean_s=0.3, ttft_base_s=0.1, ttft_per_token_s=0.001)
 
 
@@ -40,7 +40,7 @@ def engine(waiting: float = 0, running: float = 0, age_s: float = 0.0) -> Engine
         (endpoint(latency=WARM), 4000, 0.1 + 0.001 * 4000),
         # half warm: halfway between fit and prior
         (
-            endpoint(latency=LatencyEstimate(samples=10, ttft_base_s=0.1, ttft_per_token_s=0.001)),
+            endpoint(latency=LatencyEstimate(samples=5, ttft_base_s=0.1, ttft_per_token_s=0.001)),
             1000,
             0.5 * (0.1 + 1.0) + 0.5 * (0.05 + 0.1),
         ),
@@ -103,25 +103,51 @@ def test_stale_queue_information_widens_the_p95_not_the_mean() -> None:
     service_s = hosted.ttft_base_s + hosted.ttft_per_token_s * 1000
     wait_s = 2 * service_s
     assert prediction.ttft_mean_s == pytest.approx(service_s + wait_s)
-    # trust 0 (no gauges): the wait counts once more in the p95
-    expected = (service_s + wait_s) * hosted.ttft_spread + wait_s
+    # trust 0 (no gauges): the wait counts once more in the p95; cold: u = cold_uncertainty
+    expected = PARAMS.cold_uncertainty * (service_s + wait_s) * hosted.ttft_spread + wait_s
     assert prediction.ttft_p95_s == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
     ("latency", "expected_spread"),
     [
-        (LatencyEstimate(), VLLM.ttft_spread),
-        (LatencyEstimate(samples=100, ttft_mean_s=0.2, ttft_p95_s=0.6), 3.0),
+        (LatencyEstimate(samples=100), VLLM.ttft_spread),
+        # an observed spread below the prior's tightens it
+        (LatencyEstimate(samples=100, ttft_mean_s=0.2, ttft_p95_s=0.3), 1.5),
+        # half warm: halfway between the prior's 2.0 and the observed 1.5
+        (LatencyEstimate(samples=5, ttft_mean_s=0.2, ttft_p95_s=0.3), 1.75),
+        # a wider one never widens it: the window's spread holds what the model explains
+        (LatencyEstimate(samples=100, ttft_mean_s=0.2, ttft_p95_s=0.6), VLLM.ttft_spread),
         # a p95 below the mean (noise) is clamped to a spread of 1
         (LatencyEstimate(samples=100, ttft_mean_s=0.2, ttft_p95_s=0.1), 1.0),
     ],
 )
-def test_p95_uses_the_observed_spread_when_known(
+def test_p95_spread_is_the_prior_tightened_by_observation(
     latency: LatencyEstimate, expected_spread: float
 ) -> None:
     prediction = ESTIMATE.predict(request(), endpoint(latency=latency))
-    assert prediction.ttft_p95_s / prediction.ttft_mean_s == pytest.approx(expected_spread)
+    uncertainty = prediction.uncertainty
+    assert prediction.ttft_p95_s / prediction.ttft_mean_s / uncertainty == pytest.approx(
+        expected_spread
+    )
+
+
+@pytest.mark.parametrize(
+    ("samples", "expected_uncertainty"),
+    [(0, 3.0), (5, 2.0), (10, 1.0), (500, 1.0)],
+)
+def test_thin_statistics_widen_both_p95s_by_the_uncertainty(
+    samples: int, expected_uncertainty: float
+) -> None:
+    latency = LatencyEstimate(samples=samples, ttft_mean_s=0.2, tpot_mean_s=0.02)
+    prediction = ESTIMATE.predict(request(), endpoint(latency=latency))
+    assert prediction.uncertainty == pytest.approx(expected_uncertainty)
+    assert prediction.ttft_p95_s == pytest.approx(
+        expected_uncertainty * VLLM.ttft_spread * prediction.ttft_mean_s
+    )
+    assert prediction.tpot_p95_s == pytest.approx(
+        expected_uncertainty * VLLM.tpot_spread * prediction.tpot_mean_s
+    )
 
 
 @pytest.mark.parametrize(
@@ -170,7 +196,7 @@ def test_tpot_grows_with_running_sequences(
     assert ESTIMATE.predict(request(), snapshot).tpot_mean_s == pytest.approx(expected_tpot_s)
 
 
-@pytest.mark.parametrize(("samples", "cold"), [(0, True), (19, True), (20, False), (500, False)])
+@pytest.mark.parametrize(("samples", "cold"), [(0, True), (9, True), (10, False), (500, False)])
 def test_endpoints_with_few_samples_are_cold(samples: int, cold: bool) -> None:
     snapshot = endpoint(latency=LatencyEstimate(samples=samples, ttft_mean_s=0.2))
     assert ESTIMATE.predict(request(), snapshot).cold is cold

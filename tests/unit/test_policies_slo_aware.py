@@ -19,7 +19,7 @@ NO_EXPLORE = Params(explore_fraction=0.0)
 
 
 def warm(base_s: float, per_token_s: float = 1e-4, tpot_s: float = 0.02) -> LatencyEstimate:
-    """Measured: TTFT = base + per_token·P (p95 = 1.5× mean by the vLLM prior's spread)."""
+    """Measured: TTFT = base + per_token·P (p95 = 2× mean by the vLLM prior's spread)."""
     return LatencyEstimate(
         samples=100,
         ttft_mean_s=base_s,
@@ -47,6 +47,42 @@ def provider(
         input_price_per_1m=price,
         output_price_per_1m=4 * price,
         latency=warm(base_s, **latency),
+    )
+
+
+def cold(
+    endpoint_id: str, in_flight: int = 0, *, kind: str = "vllm", price: float = 0.0
+) -> EndpointSnapshot:
+    """No observations yet: judged by its kind's prior, widened by the cold uncertainty."""
+    return EndpointSnapshot(
+        endpoint_id,
+        "vllm" if kind == "vllm" else "openai",
+        in_flight=in_flight,
+        max_concurrency=8,
+        input_price_per_1m=price,
+        output_price_per_1m=4 * price,
+    )
+
+
+def loaded(endpoint_id: str, in_flight: int, price: float = 0.0) -> EndpointSnapshot:
+    """A warm replica whose measured TPOT grows by 5 ms per request in flight."""
+    latency = LatencyEstimate(
+        samples=100,
+        ttft_mean_s=0.05,
+        ttft_base_s=0.05,
+        ttft_per_token_s=1e-4,
+        tpot_mean_s=0.03,
+        tpot_base_s=0.01,
+        tpot_per_in_flight_s=0.005,
+    )
+    return EndpointSnapshot(
+        endpoint_id,
+        "vllm",
+        in_flight=in_flight,
+        max_concurrency=64,
+        input_price_per_1m=price,
+        output_price_per_1m=4 * price,
+        latency=latency,
     )
 
 
@@ -125,6 +161,39 @@ CASES = {
     "no targets (batch): the cheapest, however slow": Case(
         BATCH, (provider("hosted", 0.15), replica("gpu", waiting=30)), first="gpu"
     ),
+    # TPOT p95 = (0.01 + 0.005·(I + 1))·1.6: 0.04 idle, 0.096 with 10 in flight (target 0.05)
+    "a cheap replica whose TPOT degrades under load loses to a dear idle one": Case(
+        STREAMING,
+        (loaded("cheap-busy", 10, price=0.01), loaded("dear-idle", 0, price=1.0)),
+        first="dear-idle",
+    ),
+    "the same cheap replica, lightly loaded, meets the SLO and wins": Case(
+        STREAMING,
+        (loaded("cheap-busy", 1, price=0.01), loaded("dear-idle", 0, price=1.0)),
+        first="cheap-busy",
+    ),
+    # cold vLLM TPOT p95 = 3 × 0.02 × 1.6 ≈ 0.1 s > 0.05: not trusted until measured
+    "a measured provider that meets the SLO beats a free replica nobody has measured": Case(
+        STREAMING, (cold("unmeasured"), provider("measured", 0.15)), first="measured"
+    ),
+    "unproven endpoints share the load: the least utilised first, not the cheapest": Case(
+        STREAMING,
+        (cold("cheap", in_flight=3), cold("dear", in_flight=1, price=1.0)),
+        first="dear",
+        at_risk=True,
+    ),
+    "unproven before a measured miss": Case(
+        STREAMING,
+        (loaded("busy", 20), cold("unmeasured", in_flight=6)),
+        first="unmeasured",
+        at_risk=True,
+    ),
+    "a lenient SLO trusts a cold replica even at its cautious p95": Case(
+        DEADLINE,
+        (provider("hosted", 0.15), cold("unmeasured", in_flight=3)),
+        first="unmeasured",
+        max_tokens=20,
+    ),
 }
 
 
@@ -156,9 +225,23 @@ def test_failover_order_puts_every_meeting_endpoint_before_the_misses() -> None:
 def test_reports_the_prediction_for_the_first_endpoint() -> None:
     request = RouteRequest("r", "m", "t", INTERACTIVE, prompt_tokens=1000, max_tokens=100)
     ranking = SloAware(NO_EXPLORE).rank(request, [replica("gpu", base_s=0.1)], random.Random(0))
-    # TTFT = 0.1 + 1e-4·1000, p95 = 1.5× (the vLLM prior's spread)
+    # TTFT = 0.1 + 1e-4·1000, p95 = 2× (the vLLM prior's spread)
     assert ranking.predicted_ttft_s == pytest.approx(0.2)
-    assert ranking.predicted_ttft_p95_s == pytest.approx(0.3)
+    assert ranking.predicted_ttft_p95_s == pytest.approx(0.4)
+
+
+def test_failover_order_is_meets_then_unproven_then_misses() -> None:
+    candidates = (
+        loaded("miss", 20),
+        cold("unproven-busy", in_flight=4),
+        provider("meet", 0.15),
+        cold("unproven-idle"),
+    )
+    request = RouteRequest("r", "m", "t", STREAMING, prompt_tokens=1000, max_tokens=100)
+    ranking = SloAware(NO_EXPLORE).rank(request, candidates, random.Random(0))
+    assert [e.endpoint_id for e in ranking.endpoints] == [
+        "meet", "unproven-idle", "unproven-busy", "miss"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -176,11 +259,13 @@ def test_headroom_is_the_tightest_fraction_of_the_slo_left(
 ) -> None:
     prediction = Prediction(0.0, ttft_p95_s, 0.0, tpot_p95_s, 100, 0.0, False)
     assert headroom(slo, prediction) == pytest.approx(expected)
+    # scaled: the optimistic bound of an uncertain prediction
+    optimistic = headroom(slo, prediction, 0.5)
+    assert optimistic == expected if expected == float("inf") else optimistic > expected
 
 
 def cold_and_warm() -> tuple[EndpointSnapshot, ...]:
-    cold = EndpointSnapshot("cold", "openai", input_price_per_1m=5.0)  # prior: slow and dear
-    return (replica("w1"), replica("w2"), cold)
+    return (replica("w1"), replica("w2"), cold("cold", kind="openai", price=5.0))
 
 
 def test_a_cold_endpoint_gets_a_small_exploration_share() -> None:
