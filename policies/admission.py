@@ -45,7 +45,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -108,35 +108,69 @@ Decision = Admit | Reject | Queue
 ADMIT = Admit()
 
 
+class _Limits(NamedTuple):
+    """The thresholds `pressure` and `saturation_for` read, as plain values: a pydantic
+    attribute costs about four times a tuple field, and these run per endpoint per request."""
+
+    in_flight_threshold: float
+    max_gauge_age_s: float
+    kv_threshold: float
+    queue_threshold: float
+    hysteresis_band: float
+    reserved_at: float  # 1 − reserve_fraction
+
+
+def _limits(params: AdmissionParams) -> _Limits:
+    found = _LIMITS.get(id(params))
+    if found is not None and found[0] is params:  # the entry holds params: ids stay unique
+        return found[1]
+    if len(_LIMITS) >= 64:
+        _LIMITS.clear()
+    limits = _Limits(
+        params.in_flight_threshold,
+        params.max_gauge_age_s,
+        params.kv_threshold,
+        params.queue_threshold,
+        params.hysteresis_band,
+        1 - params.reserve_fraction,
+    )
+    _LIMITS[id(params)] = (params, limits)
+    return limits
+
+
+_LIMITS: dict[int, tuple[AdmissionParams, _Limits]] = {}  # a memo of frozen params, by id
+
+
 def pressure(
     snapshot: EndpointSnapshot, params: AdmissionParams, footprint_tokens: int = 0
 ) -> float:
     """How close the endpoint is to a saturation threshold: 1.0 = at one. With a footprint,
     the pressure the endpoint would be under once that many more KV tokens are in use."""
+    return _pressure(snapshot, _limits(params), footprint_tokens)
+
+
+def _pressure(snapshot: EndpointSnapshot, limits: _Limits, footprint_tokens: int) -> float:
     level = 0.0
     if snapshot.max_concurrency:
-        level = snapshot.in_flight / (snapshot.max_concurrency * params.in_flight_threshold)
+        level = snapshot.in_flight / (snapshot.max_concurrency * limits.in_flight_threshold)
     engine = snapshot.engine
-    if engine is None or engine.age_s is None or engine.age_s > params.max_gauge_age_s:
+    if engine is None or engine.age_s is None or engine.age_s > limits.max_gauge_age_s:
         return level
-    if engine.kv_usage is not None:
-        kv_level = _kv_in_use(snapshot, engine.kv_usage, footprint_tokens) / params.kv_threshold
+    kv_usage = engine.kv_usage
+    if kv_usage is not None:
+        # KV in use: the gauge, or our own dispatched footprint when it is larger (the gauge
+        # lags), plus the footprint of the request being decided
+        capacity = engine.kv_capacity_tokens
+        if capacity:
+            ours = snapshot.in_flight_tokens / capacity
+            kv_usage = (kv_usage if kv_usage > ours else ours) + footprint_tokens / capacity
+        kv_level = kv_usage / limits.kv_threshold
         level = kv_level if kv_level > level else level  # not max(): this runs per endpoint
     waiting = engine.waiting if engine.waiting_for_capacity is None else engine.waiting_for_capacity
     if waiting is not None:
-        queue_level = waiting / params.queue_threshold
+        queue_level = waiting / limits.queue_threshold
         level = queue_level if queue_level > level else level
     return level
-
-
-def _kv_in_use(snapshot: EndpointSnapshot, kv_usage: float, footprint_tokens: int) -> float:
-    """KV fraction in use: the gauge, or our own dispatched footprint when it is larger (the
-    gauge lags), plus the footprint of the request being decided."""
-    capacity = snapshot.engine.kv_capacity_tokens if snapshot.engine else None
-    if not capacity:
-        return kv_usage
-    ours = snapshot.in_flight_tokens / capacity
-    return (kv_usage if kv_usage > ours else ours) + footprint_tokens / capacity
 
 
 def request_states(
@@ -146,10 +180,11 @@ def request_states(
     params: AdmissionParams,
 ) -> dict[str, Saturation]:
     """Each endpoint's state as this request would find it once admitted (never lower)."""
+    limits = _limits(params)
     return {
         s.endpoint_id: max(
             states.get(s.endpoint_id, _OPEN),
-            saturation_for(_OPEN, pressure(s, params, footprint_tokens), params),
+            _saturation(_OPEN, _pressure(s, limits, footprint_tokens), limits),
         )
         for s in snapshots
     }
@@ -162,7 +197,8 @@ _OPEN, _RESERVED, _SATURATED = Saturation.OPEN, Saturation.RESERVED, Saturation.
 def next_saturation(
     previous: Saturation, snapshot: EndpointSnapshot, params: AdmissionParams
 ) -> Saturation:
-    return saturation_for(previous, pressure(snapshot, params), params)
+    limits = _limits(params)
+    return _saturation(previous, _pressure(snapshot, limits, 0), limits)
 
 
 def next_saturations(
@@ -171,21 +207,28 @@ def next_saturations(
     params: AdmissionParams,
 ) -> dict[str, Saturation]:
     """`next_saturation` for a pool, by endpoint id; an endpoint not seen before starts OPEN."""
+    limits = _limits(params)
     return {
-        s.endpoint_id: saturation_for(
-            previous.get(s.endpoint_id, _OPEN), pressure(s, params), params
+        s.endpoint_id: _saturation(
+            previous.get(s.endpoint_id, _OPEN), _pressure(s, limits, 0), limits
         )
         for s in snapshots
     }
 
 
 def saturation_for(previous: Saturation, level: float, params: AdmissionParams) -> Saturation:
-    if level >= 1 or (previous == _SATURATED and level >= 1 - params.hysteresis_band):
+    return _saturation(previous, level, _limits(params))
+
+
+def _saturation(previous: Saturation, level: float, limits: _Limits) -> Saturation:
+    if level < limits.reserved_at - limits.hysteresis_band:  # the common case first
+        return _OPEN
+    if level >= 1 or (previous == _SATURATED and level >= 1 - limits.hysteresis_band):
         return _SATURATED
-    reserved_at = 1 - params.reserve_fraction
+    reserved_at = limits.reserved_at
     if level >= reserved_at:
         return _RESERVED
-    if previous != _OPEN and level >= reserved_at - params.hysteresis_band:
+    if previous != _OPEN and level >= reserved_at - limits.hysteresis_band:
         return _RESERVED
     return _OPEN
 

@@ -68,11 +68,13 @@ Parameters (`EstimateParams`, defaults)
     proves itself before it is trusted with a TPOT target under 3 × 0.02 × 1.6 ≈ 0.1 s.
 
 Use: build `Estimator(params)` once (it copies the validated params into plain attributes),
-then `estimator.predict(request, snapshot) -> Prediction` per candidate.
+then `estimator.predict_all(request, candidates) -> [Prediction]` per request (or
+`predict(request, snapshot)` for one).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -142,23 +144,24 @@ class Prediction(NamedTuple):
         return self.ttft_p95_s + self.tpot_p95_s * self.output_tokens
 
 
-class FusedLoad(NamedTuple):
-    queued: float
-    running: float
-    trust: float
-
-
 class Estimator:
     """`EstimateParams` compiled for the hot path: plain attributes and plain priors.
 
     Reading a pydantic attribute costs about three times a slots attribute, and `predict` runs
-    once per candidate per request, so the validated config is copied here once.
+    once per candidate per request, so the validated config is copied here once. What depends
+    only on an endpoint's statistics (warmth, blended coefficients, spreads, penalties) is
+    worked out once per statistics object and kept (`_fits`, by the object's id): the gateway's
+    shared view hands the same `LatencyEstimate` to every request until its next refresh.
+    Entries hold their object, so an id is never reused while cached; the memo is cleared when
+    it grows past `FIT_MEMO_SIZE`. It changes no result, only how often the same arithmetic
+    runs.
     """
 
     __slots__ = (
         "_endpoint_priors",
         "_error_penalty_s",
         "_extra_uncertainty",
+        "_fits",
         "_half_life_s",
         "_kind_priors",
         "_mean_prompt_tokens",
@@ -182,42 +185,113 @@ class Estimator:
             "openai": _Prior.of(params.priors.openai),
         }
         self._endpoint_priors = {k: _Prior.of(v) for k, v in params.endpoint_priors.items()}
+        self._fits: dict[int, tuple[LatencyEstimate, str, _Fit]] = {}
 
     def _prior(self, snapshot: EndpointSnapshot) -> _Prior:
         own = self._endpoint_priors.get(snapshot.endpoint_id) if self._endpoint_priors else None
         return own or self._kind_priors[snapshot.kind]
 
-    def load(self, snapshot: EndpointSnapshot) -> FusedLoad:
-        """Requests queued and running now, trusting the engine gauges less the older they are."""
-        return FusedLoad(*_load(snapshot, self._prior(snapshot), self._half_life_s))
-
     def predict(self, request: RouteRequest, snapshot: EndpointSnapshot) -> Prediction:
-        """The model above, step by step."""
-        prior = self._prior(snapshot)
+        """The model above for one endpoint."""
+        return self.predict_all(request, (snapshot,))[0]
+
+    def predict_all(
+        self, request: RouteRequest, snapshots: Sequence[EndpointSnapshot]
+    ) -> list[Prediction]:
+        """The model above for each endpoint: its fit, then this request and the load now.
+        One loop with the invariants read once, since it runs per candidate per request."""
+        prompt_tokens = request.prompt_tokens
+        output_tokens = request.max_tokens or self.default_output_tokens
+        half_life_s, fits = self._half_life_s, self._fits
+        predictions = []
+        for snapshot in snapshots:
+            stats = snapshot.latency
+            found = fits.get(id(stats))  # `fit`, inlined
+            if found is None or found[0] is not stats or found[1] != snapshot.endpoint_id:
+                found = self._remember(snapshot)
+            (prior, warmth, a, b, mean_service_s, ttft_scale, tpot_scale, tpot_base_s,
+             tpot_slope_s, penalty_mean_s, penalty_p95_s, uncertainty, cold) = found[2]  # fmt: skip
+            # the fused load (see Load above), inlined: it runs per candidate per request
+            in_flight = snapshot.in_flight
+            limit = snapshot.max_concurrency
+            slots = limit or prior.batch_slots
+            queued: float = 0.0
+            running: float = in_flight
+            trust = 0.0
+            if slots is not None and in_flight > slots:
+                queued, running = in_flight - slots, slots
+            engine = snapshot.engine
+            if engine is not None and engine.age_s is not None:
+                trust = 0.5 ** (engine.age_s / half_life_s) if engine.age_s > 0 else 1.0
+                if engine.waiting is not None:
+                    queued += trust * (engine.waiting - queued)
+                if engine.running is not None:
+                    running += trust * (engine.running - running)
+                if limit and in_flight - limit > queued:
+                    queued = in_flight - limit
+            wait_s = queued * mean_service_s
+            ahead_s = a + b * prompt_tokens + wait_s
+            tpot_s = prior.tpot_s
+            if prior.tpot_double_running:
+                # A known batch size is the better guess: a full batch about doubles an idle TPOT.
+                tpot_s *= 1 + running / (limit or prior.tpot_double_running)
+            if tpot_base_s is not None:
+                observed_s = tpot_base_s + tpot_slope_s * (in_flight + 1)
+                tpot_s += warmth * (observed_s - tpot_s)
+            prediction = (
+                ahead_s + penalty_mean_s,
+                ahead_s * ttft_scale + wait_s * (1 - trust) + penalty_p95_s,
+                tpot_s,
+                tpot_s * tpot_scale,
+                output_tokens,
+                queued,
+                cold,
+                uncertainty,
+            )
+            predictions.append(_new_prediction(Prediction, prediction))  # tuple's constructor
+        return predictions
+
+    def fit(self, snapshot: EndpointSnapshot) -> _Fit:
+        """What the endpoint's statistics and prior say whatever the request and load (memo)."""
         stats = snapshot.latency
-        warmth = stats.samples / self._min_samples
-        if warmth > 1.0:
-            warmth = 1.0
-        queued, running, trust = _load(snapshot, prior, self._half_life_s)
-        a, b = _ttft_coefficients(stats, prior, warmth, self._mean_prompt_tokens)
-        wait_s = queued * (a + b * (stats.prompt_tokens_mean or self._mean_prompt_tokens))
-        ahead_s = a + b * request.prompt_tokens + wait_s
-        tpot_s = _tpot_mean(snapshot, prior, warmth, running)
+        found = self._fits.get(id(stats))
+        # one statistics object may serve several endpoints (an empty one): check both
+        if found is None or found[0] is not stats or found[1] != snapshot.endpoint_id:
+            found = self._remember(snapshot)
+        return found[2]
+
+    def _remember(self, snapshot: EndpointSnapshot) -> tuple[LatencyEstimate, str, _Fit]:
+        if len(self._fits) >= FIT_MEMO_SIZE:
+            self._fits.clear()
+        stats = snapshot.latency
+        entry = (stats, snapshot.endpoint_id, self._fit(stats, self._prior(snapshot)))
+        self._fits[id(stats)] = entry
+        return entry
+
+    def _fit(self, stats: LatencyEstimate, prior: _Prior) -> _Fit:
+        warmth = min(1.0, stats.samples / self._min_samples)
         uncertainty = 1.0 + self._extra_uncertainty * (1.0 - warmth)
+        a, b = _ttft_coefficients(stats, prior, warmth, self._mean_prompt_tokens)
         spread = _spread(stats.ttft_p95_s, stats.ttft_mean_s, prior.ttft_spread, warmth)
         tpot_spread = _spread(stats.tpot_p95_s, stats.tpot_mean_s, prior.tpot_spread, warmth)
         penalty_mean_s = penalty_p95_s = 0.0
         if stats.errors and stats.samples:
             penalty_mean_s, penalty_p95_s = self._failure_penalties(stats, warmth)
-        return Prediction(  # positional: cheaper than keywords on this path
-            ahead_s + penalty_mean_s,
-            uncertainty * ahead_s * spread + wait_s * (1 - trust) + penalty_p95_s,
-            tpot_s,
-            uncertainty * tpot_s * tpot_spread,
-            request.max_tokens or self.default_output_tokens,
-            queued,
-            warmth < 1.0,
+        tpot_base_s, tpot_slope_s = _tpot_fit(stats)
+        return _Fit(
+            prior,
+            warmth,
+            a,
+            b,
+            a + b * (stats.prompt_tokens_mean or self._mean_prompt_tokens),
+            uncertainty * spread,
+            uncertainty * tpot_spread,
+            tpot_base_s,
+            tpot_slope_s,
+            penalty_mean_s,
+            penalty_p95_s,
             uncertainty,
+            warmth < 1.0,
         )
 
     def _failure_penalties(self, stats: LatencyEstimate, warmth: float) -> tuple[float, float]:
@@ -232,6 +306,26 @@ class Estimator:
             + _tail_share(error_rate) * self._error_penalty_s
         )
         return mean_s, p95_s
+
+
+FIT_MEMO_SIZE = 4096
+_new_prediction = tuple.__new__
+
+
+class _Fit(NamedTuple):
+    prior: _Prior
+    warmth: float
+    a: float  # TTFT base, s
+    b: float  # TTFT per prompt token, s
+    mean_service_s: float  # a + b·P̄: the prefill of one typical queued request
+    ttft_scale: float  # u · ttft spread
+    tpot_scale: float  # u · tpot spread
+    tpot_base_s: float | None  # observed TPOT = base + slope·(I + 1); None: not measured
+    tpot_slope_s: float
+    penalty_mean_s: float
+    penalty_p95_s: float
+    uncertainty: float
+    cold: bool
 
 
 def _tail_share(rate: float) -> float:
@@ -256,30 +350,6 @@ class _Prior:
         return cls(**prior.model_dump())
 
 
-def _load(
-    snapshot: EndpointSnapshot, prior: _Prior, half_life_s: float
-) -> tuple[float, float, float]:
-    in_flight = snapshot.in_flight
-    limit = snapshot.max_concurrency
-    slots = limit or prior.batch_slots
-    gateway_queued, gateway_running = 0, in_flight
-    if slots is not None and in_flight > slots:
-        gateway_queued, gateway_running = in_flight - slots, slots
-    engine = snapshot.engine
-    if engine is None or engine.age_s is None:
-        return gateway_queued, gateway_running, 0.0
-    trust = 0.5 ** (engine.age_s / half_life_s) if engine.age_s > 0 else 1.0
-    queued: float = gateway_queued
-    if engine.waiting is not None:
-        queued += trust * (engine.waiting - gateway_queued)
-    running: float = gateway_running
-    if engine.running is not None:
-        running += trust * (engine.running - gateway_running)
-    if limit and in_flight - limit > queued:
-        queued = in_flight - limit
-    return queued, running, trust
-
-
 def _ttft_coefficients(
     stats: LatencyEstimate, prior: _Prior, warmth: float, default_prompt: float
 ) -> tuple[float, float]:
@@ -298,22 +368,12 @@ def _ttft_coefficients(
     )
 
 
-def _tpot_mean(snapshot: EndpointSnapshot, prior: _Prior, warmth: float, running: float) -> float:
-    prior_s = prior.tpot_s
-    # A known batch size is the better guess: a full batch about doubles an idle TPOT.
-    doubling: float | None = snapshot.max_concurrency if prior.tpot_double_running else None
-    doubling = doubling or prior.tpot_double_running
-    if doubling is not None:
-        prior_s *= 1 + running / doubling
-    stats = snapshot.latency
-    observed_s = stats.tpot_mean_s
+def _tpot_fit(stats: LatencyEstimate) -> tuple[float | None, float]:
+    """Observed TPOT as base + slope·(I + 1): the store's fit, else the flat measured mean."""
     slope_s = stats.tpot_per_in_flight_s
     if stats.tpot_base_s is not None and slope_s is not None:
-        slope_s = slope_s if slope_s > 0 else 0.0
-        observed_s = stats.tpot_base_s + slope_s * (snapshot.in_flight + 1)
-    if observed_s is None:
-        return prior_s
-    return prior_s + warmth * (observed_s - prior_s)
+        return stats.tpot_base_s, slope_s if slope_s > 0 else 0.0
+    return stats.tpot_mean_s, 0.0
 
 
 def _spread(quantile: float | None, mean: float | None, prior: float, warmth: float) -> float:

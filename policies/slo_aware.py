@@ -75,10 +75,9 @@ class SloAware:
     ) -> Ranking:
         if not candidates:
             return Ranking(endpoints=())
-        predict = self.estimator.predict
-        predictions = [predict(request, c) for c in candidates]
-        pairs = enumerate(zip(candidates, predictions, strict=True))
-        keys = sorted([_sort_key(request, c, p, rng.random(), i) for i, (c, p) in pairs])
+        predictions = self.estimator.predict_all(request, candidates)
+        keys = _sort_keys(request, candidates, predictions, rng)
+        keys.sort()
         order = [key[-1] for key in keys]
         reason = "slo_met" if keys[0][0] == MEETS else "slo_at_risk"
         if self._explores(predictions, order, rng):
@@ -111,24 +110,42 @@ MEETS, UNPROVEN, MISSES = 0.0, 1.0, 2.0
 SortKey = tuple[float, float, float, float, float, float, int]
 
 
-def _sort_key(
+def _sort_keys(
     request: RouteRequest,
-    snapshot: EndpointSnapshot,
-    prediction: Prediction,
-    tie: float,
-    index: int,
-) -> SortKey:
-    """Plain tuples sort fastest; the index (unique) ends every key so ties never compare more."""
-    room = headroom(request.slo, prediction)
-    if room >= 0:
-        cost = snapshot.cost(request.prompt_tokens, prediction.output_tokens)
-        hosted = 0.0 if snapshot.self_hosted else 1.0
-        return (MEETS, cost, hosted, -room, prediction.ttft_p95_s, tie, index)
-    uncertainty = prediction.uncertainty
-    if uncertainty > 1.0 and headroom(request.slo, prediction, 1 / uncertainty**2) >= 0:
-        cost = snapshot.cost(request.prompt_tokens, prediction.output_tokens)
-        return (UNPROVEN, utilisation(snapshot), cost, 0.0, 0.0, tie, index)
-    return (MISSES, -room, prediction.ttft_p95_s, 0.0, 0.0, tie, index)
+    candidates: Sequence[EndpointSnapshot],
+    predictions: Sequence[Prediction],
+    rng: random.Random,
+) -> list[SortKey]:
+    """One plain tuple per candidate (they sort fastest); the index (unique) ends every key so
+    ties never compare further. Headroom is 1 − the largest p95/target ratio, inlined: this
+    runs per candidate per request."""
+    slo = request.slo
+    ttft_s, tpot_s, deadline_s = slo.ttft_s, slo.tpot_s, slo.deadline_s
+    prompt_tokens = request.prompt_tokens
+    tie = rng.random
+    keys: list[SortKey] = []
+    for index, (snapshot, p) in enumerate(zip(candidates, predictions, strict=True)):
+        ratio = 0.0  # no target: every endpoint meets, with equal headroom
+        if ttft_s is not None:
+            ratio = p.ttft_p95_s / ttft_s
+        if tpot_s is not None and p.tpot_p95_s > ratio * tpot_s:
+            ratio = p.tpot_p95_s / tpot_s
+        if deadline_s is not None and p.e2e_p95_s > ratio * deadline_s:
+            ratio = p.e2e_p95_s / deadline_s
+        if ratio <= 1.0:
+            cost = prompt_tokens * snapshot.input_price_per_1m + (
+                p.output_tokens * snapshot.output_price_per_1m
+            )  # EndpointSnapshot.cost × 1e6, inlined
+            hosted = 0.0 if snapshot.kind == "vllm" else 1.0
+            keys.append((MEETS, cost, hosted, ratio, p.ttft_p95_s, tie(), index))
+        elif ratio <= p.uncertainty * p.uncertainty:
+            cost = prompt_tokens * snapshot.input_price_per_1m + (
+                p.output_tokens * snapshot.output_price_per_1m
+            )
+            keys.append((UNPROVEN, utilisation(snapshot), cost, 0.0, 0.0, tie(), index))
+        else:
+            keys.append((MISSES, ratio, p.ttft_p95_s, 0.0, 0.0, tie(), index))
+    return keys
 
 
 def utilisation(snapshot: EndpointSnapshot) -> float:

@@ -86,8 +86,8 @@ def test_ttft_mean_follows_prompt_length_and_queue(
 def test_fused_queue_trusts_fresh_gauges_and_instant_leases(
     snapshot: EndpointSnapshot, expected_queued: float
 ) -> None:
-    load = ESTIMATE.load(snapshot)
-    assert load.queued == pytest.approx(expected_queued, abs=1e-3)
+    prediction = ESTIMATE.predict(request(), snapshot)
+    assert prediction.queued == pytest.approx(expected_queued, abs=1e-3)
 
 
 def test_a_long_queue_makes_an_endpoint_slower_than_an_idle_one() -> None:
