@@ -34,10 +34,12 @@ Coefficients, each blended between the endpoint's statistics and a prior by warm
               already explains (prompt lengths, load, queues) and overstates the spread left
               around a prediction; it can show that an endpoint is steadier than the prior says,
               not that it is wilder (a slower endpoint shows in the fitted mean instead).
-    u         uncertainty = 1 + (cold_uncertainty − 1)·(1 − w): how much slower than its blended
-              estimate an endpoint could plausibly be while its statistics are thin (a prior is
-              only a guess about this endpoint). 1 once warm. The p95s above are the cautious
-              bound; p95 / u² is the optimistic one (u times faster than the central estimate).
+    u         uncertainty = 1 + (U − 1)·(1 − w): how much slower than its blended estimate an
+              endpoint could plausibly be while its statistics are thin (a prior is only a guess
+              about this endpoint). 1 once warm. U = the prior's `uncertainty` when it sets one
+              (a prior measured with `slo-gateway bench` can say 1.2), else `cold_uncertainty`.
+              The p95s above are the cautious bound; p95 / u² is the optimistic one (u times
+              faster than the central estimate).
               Policies trust an endpoint to meet an SLO when the cautious bound meets it, and
               call it unproven when only the optimistic one does.
     rates     throttled (429) and other errors per sample, times w (few samples say little);
@@ -61,7 +63,8 @@ Parameters (`EstimateParams`, defaults)
     priors.openai  ttft_base_s 0.5, ttft_per_token_s 2e-5, tpot_s 0.015, ttft_spread 2.5,
                    tpot_spread 1.5, batch_slots None, tpot_double_running None
     endpoint_priors  {endpoint_id: prior}, replacing the kind's prior for that endpoint (seed
-                   them from `slo-gateway bench` runs against each endpoint)
+                   them from `slo-gateway bench` runs against each endpoint); a prior's own
+                   `uncertainty` (default None) replaces cold_uncertainty for it
     Spreads are ceilings (see above), so the vLLM prior's allow for continuous batching:
     prefills of arriving requests stall running decodes (TPOT) and queue behind each other
     (TTFT). cold_uncertainty 3 says a prior may be off by up to 3×: a cold vLLM replica then
@@ -96,6 +99,9 @@ class EndpointPrior(BaseModel):
     tpot_spread: float = Field(default=1.6, ge=1, description="TPOT p95 / mean, a ceiling")
     batch_slots: int | None = Field(default=128, ge=1)
     tpot_double_running: float | None = Field(default=128.0, gt=0)
+    uncertainty: float | None = Field(
+        default=None, ge=1, description="how far off it may be; None: cold_uncertainty"
+    )
 
 
 def _hosted_prior() -> EndpointPrior:
@@ -270,7 +276,8 @@ class Estimator:
 
     def _fit(self, stats: LatencyEstimate, prior: _Prior) -> _Fit:
         warmth = min(1.0, stats.samples / self._min_samples)
-        uncertainty = 1.0 + self._extra_uncertainty * (1.0 - warmth)
+        extra = self._extra_uncertainty if prior.uncertainty is None else prior.uncertainty - 1
+        uncertainty = 1.0 + extra * (1.0 - warmth)
         a, b = _ttft_coefficients(stats, prior, warmth, self._mean_prompt_tokens)
         spread = _spread(stats.ttft_p95_s, stats.ttft_mean_s, prior.ttft_spread, warmth)
         tpot_spread = _spread(stats.tpot_p95_s, stats.tpot_mean_s, prior.tpot_spread, warmth)
@@ -344,6 +351,7 @@ class _Prior:
     tpot_spread: float
     batch_slots: int | None
     tpot_double_running: float | None
+    uncertainty: float | None
 
     @classmethod
     def of(cls, prior: EndpointPrior) -> _Prior:

@@ -48,7 +48,10 @@ def engine(waiting: float = 0, running: float = 0, age_s: float = 0.0) -> Engine
         (
             endpoint(
                 latency=LatencyEstimate(
-                    samples=100, ttft_mean_s=0.3, ttft_base_s=0.3, ttft_per_token_s=0.0,
+                    samples=100,
+                    ttft_mean_s=0.3,
+                    ttft_base_s=0.3,
+                    ttft_per_token_s=0.0,
                     prompt_tokens_mean=500,
                 )
             ),
@@ -216,3 +219,15 @@ def test_deadline_prediction_uses_max_tokens_or_the_default() -> None:
     default = ESTIMATE.predict(request(max_tokens=None), endpoint())
     assert given.e2e_p95_s == pytest.approx(given.ttft_p95_s + 100 * given.tpot_p95_s)
     assert default.output_tokens == PARAMS.default_output_tokens
+
+
+@pytest.mark.parametrize(("samples", "expected_uncertainty"), [(0, 1.2), (5, 1.1), (10, 1.0)])
+def test_a_measured_prior_carries_its_own_uncertainty(
+    samples: int, expected_uncertainty: float
+) -> None:
+    estimate = Estimator(EstimateParams(endpoint_priors={"e1": EndpointPrior(uncertainty=1.2)}))
+    latency = LatencyEstimate(samples=samples, ttft_mean_s=0.2)
+    own = estimate.predict(request(), endpoint(latency=latency))
+    other = estimate.predict(request(), endpoint(endpoint_id="e2", latency=latency))
+    assert own.uncertainty == pytest.approx(expected_uncertainty)
+    assert other.uncertainty == pytest.approx(1 + 2 * (1 - samples / 10))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from policies.base import EndpointSnapshot, EngineSignals, LatencyEstimate, RouteRequest, SloTarget
-from policies.estimate import Prediction
+from policies.estimate import EndpointPrior, EstimateParams, Prediction
 from policies.slo_aware import Params, SloAware, headroom
 
 INTERACTIVE = SloTarget("interactive", ttft_s=0.5, priority=10)
@@ -218,7 +218,10 @@ def test_failover_order_puts_every_meeting_endpoint_before_the_misses() -> None:
     request = RouteRequest("r", "m", "t", INTERACTIVE, prompt_tokens=1000, max_tokens=100)
     ranking = SloAware(NO_EXPLORE).rank(request, candidates, random.Random(0))
     assert [e.endpoint_id for e in ranking.endpoints] == [
-        "meet-free", "meet-dear", "miss-1", "miss-2"
+        "meet-free",
+        "meet-dear",
+        "miss-1",
+        "miss-2",
     ]
 
 
@@ -240,7 +243,10 @@ def test_failover_order_is_meets_then_unproven_then_misses() -> None:
     request = RouteRequest("r", "m", "t", STREAMING, prompt_tokens=1000, max_tokens=100)
     ranking = SloAware(NO_EXPLORE).rank(request, candidates, random.Random(0))
     assert [e.endpoint_id for e in ranking.endpoints] == [
-        "meet", "unproven-idle", "unproven-busy", "miss"
+        "meet",
+        "unproven-idle",
+        "unproven-busy",
+        "miss",
     ]
 
 
@@ -288,3 +294,16 @@ def test_exploration_follows_its_fraction(fraction: float, explores: bool) -> No
     assert (ranking.endpoints[0].endpoint_id == "cold") is explores
     assert (ranking.reason == "explore") is explores
     assert len(ranking.endpoints) == 3
+
+
+def test_a_replica_seeded_with_a_measured_prior_is_trusted_before_it_is_measured() -> None:
+    measured = EndpointPrior(tpot_s=0.012, uncertainty=1.2)  # p95 1.2 × 1.6 × 0.012 ≈ 0.023
+    estimate = EstimateParams(endpoint_priors={"seeded": measured})
+    candidates = (provider("measured", 0.15), cold("seeded"))
+    request = RouteRequest("r", "m", "t", STREAMING, prompt_tokens=1000, max_tokens=100)
+    for params, first in (
+        (NO_EXPLORE, "measured"),
+        (Params(explore_fraction=0.0, estimate=estimate), "seeded"),
+    ):
+        ranking = SloAware(params).rank(request, candidates, random.Random(0))
+        assert (ranking.endpoints[0].endpoint_id, ranking.reason) == (first, "slo_met")
