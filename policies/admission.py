@@ -208,12 +208,15 @@ def next_saturations(
 ) -> dict[str, Saturation]:
     """`next_saturation` for a pool, by endpoint id; an endpoint not seen before starts OPEN."""
     limits = _limits(params)
-    return {
-        s.endpoint_id: _saturation(
-            previous.get(s.endpoint_id, _OPEN), _pressure(s, limits, 0), limits
-        )
-        for s in snapshots
-    }
+    open_below = limits.reserved_at - limits.hysteresis_band  # OPEN whatever it was before
+    states = {}
+    for s in snapshots:
+        level = _pressure(s, limits, 0)
+        if level < open_below:
+            states[s.endpoint_id] = _OPEN
+        else:
+            states[s.endpoint_id] = _saturation(previous.get(s.endpoint_id, _OPEN), level, limits)
+    return states
 
 
 def saturation_for(previous: Saturation, level: float, params: AdmissionParams) -> Saturation:
