@@ -212,7 +212,7 @@ class Estimator:
         predictions = []
         for snapshot in snapshots:
             stats = snapshot.latency
-            found = fits.get(id(stats))  # `fit`, inlined
+            found = fits.get(id(stats))
             if found is None or found[0] is not stats or found[1] != snapshot.endpoint_id:
                 found = self._remember(snapshot)
             (prior, warmth, a, b, mean_service_s, ttft_scale, tpot_scale, tpot_base_s,
@@ -257,16 +257,9 @@ class Estimator:
             predictions.append(_new_prediction(Prediction, prediction))  # tuple's constructor
         return predictions
 
-    def fit(self, snapshot: EndpointSnapshot) -> _Fit:
-        """What the endpoint's statistics and prior say whatever the request and load (memo)."""
-        stats = snapshot.latency
-        found = self._fits.get(id(stats))
-        # one statistics object may serve several endpoints (an empty one): check both
-        if found is None or found[0] is not stats or found[1] != snapshot.endpoint_id:
-            found = self._remember(snapshot)
-        return found[2]
-
     def _remember(self, snapshot: EndpointSnapshot) -> tuple[LatencyEstimate, str, _Fit]:
+        """Work out and keep the endpoint's fit (`predict_all` looks it up by the statistics'
+        id; one statistics object may serve several endpoints, an empty one: it checks both)."""
         if len(self._fits) >= FIT_MEMO_SIZE:
             self._fits.clear()
         stats = snapshot.latency
