@@ -7,6 +7,11 @@ endpoint's saturation state (hysteresis), decide admission, keep the endpoints w
 the class, and rank them with the policy. Every registered policy is timed on the same mixed
 fleet (vLLM replicas with gauges of various ages, hosted providers, cold endpoints) and
 requests; the ratio column compares with round_robin in the same run. Target: p50 < 50 µs.
+
+The fleet's snapshots, and so their `LatencyEstimate`s, stay the same for every decision, as the
+gateway's shared view hands the same statistics objects to every request between two refreshes
+(0.1 s): slo_aware's per-statistics memo (`policies/estimate.py`) hits here as it does under
+load, and misses once per endpoint and refresh in a live gateway.
 """
 
 from __future__ import annotations
