@@ -38,6 +38,9 @@ class MemoryStatsStore:
         # endpoint -> (newest bucket it was computed at, estimate): weights change only when a
         # bucket ends, so an estimate holds until then or until the next observation.
         self._estimates: dict[str, tuple[int, LatencyEstimate]] = {}
+        # endpoint -> (newest bucket, plain and weighted sums of the buckets before it): only
+        # the newest bucket fills, so a read merges one bucket, not the whole window.
+        self._history: dict[str, tuple[int, _Fields, _Fields]] = {}
 
     async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
         leases = _live(self._leases, endpoint_id, now)
@@ -56,6 +59,9 @@ class MemoryStatsStore:
     async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
         self._estimates.pop(endpoint_id, None)
         index = window.bucket_index(sample.at_s, self.bucket_s)
+        history = self._history.get(endpoint_id)
+        if history is not None and index < history[0]:
+            del self._history[endpoint_id]  # a late sample changes a merged bucket
         buckets = self._buckets.setdefault(endpoint_id, {})
         for old in [b for b in buckets if b <= index - self._bucket_count]:
             del buckets[old]
@@ -157,9 +163,23 @@ class MemoryStatsStore:
         cached = self._estimates.get(endpoint_id)
         if cached is not None and cached[0] == newest:
             return cached[1]
+        older_sums, older_weighted = self._older(endpoint_id, newest)
+        sums, weighted = dict(older_sums), dict(older_weighted)
+        for name, value in self._buckets.get(endpoint_id, {}).get(newest, {}).items():
+            sums[name] = sums.get(name, 0.0) + value
+            weighted[name] = weighted.get(name, 0.0) + value  # the newest bucket weighs 1
+        estimate = window.estimate(sums, weighted)
+        self._estimates[endpoint_id] = (newest, estimate)
+        return estimate
+
+    def _older(self, endpoint_id: str, newest: int) -> tuple[_Fields, _Fields]:
+        """Merged sums of the window's buckets before `newest`, computed once per bucket."""
+        history = self._history.get(endpoint_id)
+        if history is not None and history[0] == newest:
+            return history[1], history[2]
         weights = {
             index: window.weight((newest - index) * self.bucket_s, self.half_life_s)
-            for index in range(newest - self._bucket_count + 1, newest + 1)
+            for index in range(newest - self._bucket_count + 1, newest)
         }
         fields = (
             (weights[index], name, value)
@@ -167,10 +187,9 @@ class MemoryStatsStore:
             if index in weights
             for name, value in bucket.items()
         )
-        estimate = window.estimate(*window.merge(fields))
-        self._estimates[endpoint_id] = (newest, estimate)
-        return estimate
-
+        sums, weighted = window.merge(fields)
+        self._history[endpoint_id] = (newest, sums, weighted)
+        return sums, weighted
 
 def _live(lease_sets: dict[str, dict[str, float]], key: str, now: float) -> dict[str, float]:
     """The lease set at `key` with leases expiring at or before `now` dropped."""
