@@ -20,7 +20,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
-from gateway import tracing
+from gateway import candidates, tracing
 from gateway.admission import Admission
 from gateway.errors import (
     GatewayError,
@@ -81,41 +81,13 @@ class Router:
 
     def snapshots(self, model: str) -> list[EndpointSnapshot]:
         """One immutable snapshot per endpoint of `model` that is in rotation now."""
-        now = time.time()
-        snapshots = []
-        for endpoint in self.registry.serving(model):
-            stats = self.view.stats(endpoint.id)
-            if self.registry.available(endpoint.id, now) and stats.available(now):
-                snapshots.append(
-                    EndpointSnapshot(
-                        endpoint_id=endpoint.id,
-                        kind=endpoint.kind,
-                        in_flight=stats.in_flight,
-                        in_flight_tokens=self.view.local_tokens[endpoint.id],
-                        max_concurrency=endpoint.max_concurrency,
-                        input_price_per_1m=endpoint.price.input_per_1m,
-                        output_price_per_1m=endpoint.price.output_per_1m,
-                        engine=self.scraper.signals(endpoint.id),
-                        latency=stats.latency,
-                    )
-                )
-        return snapshots
+        return candidates.snapshots(
+            self.registry, self.view, self.scraper.signals, model, time.time()
+        )
 
     def next_available_in_s(self, model: str) -> float:
-        """Seconds until the first endpoint of `model` leaves its cool-down or open breaker:
-        the Retry-After a client is told when none is in rotation (1 s when unknown)."""
-        now = time.time()
-        waits = []
-        for endpoint in self.registry.serving(model):
-            stats = self.view.stats(endpoint.id)
-            until_s = max(
-                self.registry.state(endpoint.id).cooldown_until_s,
-                stats.cooldown_until_s,
-                stats.breaker.open_until_s,
-            )
-            waits.append(until_s - now)
-        soonest = min(waits, default=0.0)
-        return soonest if soonest > 0 else 1.0
+        """Seconds until an endpoint of `model` is back in rotation (see gateway/candidates)."""
+        return candidates.next_available_in_s(self.registry, self.view, model, time.time())
 
     async def decide(self, request: RouteRequest) -> Ranking:
         """Admit (maybe after queueing) and rank; the decision time excludes queueing."""

@@ -175,8 +175,17 @@ class ResilientStore:
 class SharedView:
     """Every endpoint's shared stats as of the last background refresh, plus local in-flight."""
 
-    def __init__(self, store: StatsStore, endpoint_ids: Sequence[str], refresh_s: float) -> None:
+    def __init__(
+        self,
+        store: StatsStore,
+        endpoint_ids: Sequence[str],
+        refresh_s: float,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`clock` is wall time live; the offline simulator passes its virtual clock."""
         self.store = store
+        self.clock = clock
         self.endpoint_ids = list(endpoint_ids)
         self.refresh_s = refresh_s
         self.local: Counter[str] = Counter()
@@ -186,8 +195,9 @@ class SharedView:
         self._local_at_refresh: Counter[str] = Counter()
 
     async def refresh(self) -> None:
+        """One store read; over a store that never suspends (memory), it finishes at once."""
         local = self.local.copy()
-        now = time.time()
+        now = self.clock()
         self._shared = await self.store.read(self.endpoint_ids, now=now)
         self._local_at_refresh = local
         self.refreshed_at_s = now

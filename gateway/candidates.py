@@ -1,0 +1,60 @@
+"""The endpoints a request may go to now, as the immutable snapshots admission and policies see.
+
+Shared by the live router (`Router.snapshots`, on the wall clock) and the offline simulator (on
+its virtual clock): no clock of its own and no I/O, only this replica's local state. An endpoint
+is in rotation when neither this replica's registry nor the shared store has it cooling down
+and its shared breaker is closed. Each snapshot fuses the view's in-flight count (other
+replicas' leases as of the last refresh plus this replica's, counted now) with the latest
+scraped engine gauges and their age.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.registry import Registry
+from gateway.state import SharedView
+from policies.base import EndpointSnapshot, EngineSignals
+
+Signals = Callable[[str], EngineSignals | None]  # an endpoint's latest scraped signals
+
+
+def snapshots(
+    registry: Registry, view: SharedView, signals: Signals, model: str, now: float
+) -> list[EndpointSnapshot]:
+    """One snapshot per endpoint of `model` that is in rotation at `now`."""
+    found = []
+    local_tokens = view.local_tokens
+    for endpoint in registry.serving(model):
+        stats = view.stats(endpoint.id)
+        if registry.available(endpoint.id, now) and stats.available(now):
+            found.append(
+                EndpointSnapshot(
+                    endpoint_id=endpoint.id,
+                    kind=endpoint.kind,
+                    in_flight=stats.in_flight,
+                    in_flight_tokens=local_tokens[endpoint.id],
+                    max_concurrency=endpoint.max_concurrency,
+                    input_price_per_1m=endpoint.price.input_per_1m,
+                    output_price_per_1m=endpoint.price.output_per_1m,
+                    engine=signals(endpoint.id),
+                    latency=stats.latency,
+                )
+            )
+    return found
+
+
+def next_available_in_s(registry: Registry, view: SharedView, model: str, now: float) -> float:
+    """Seconds until the first endpoint of `model` leaves its cool-down or open breaker:
+    the Retry-After a client is told when none is in rotation (1 s when unknown)."""
+    waits = []
+    for endpoint in registry.serving(model):
+        stats = view.stats(endpoint.id)
+        until_s = max(
+            registry.state(endpoint.id).cooldown_until_s,
+            stats.cooldown_until_s,
+            stats.breaker.open_until_s,
+        )
+        waits.append(until_s - now)
+    soonest = min(waits, default=0.0)
+    return soonest if soonest > 0 else 1.0
