@@ -5,34 +5,36 @@ its virtual clock): no clock of its own and no I/O, only this replica's local st
 is in rotation when neither this replica's registry nor the shared store has it cooling down
 and its shared breaker is closed. Each snapshot fuses the view's in-flight count (other
 replicas' leases as of the last refresh plus this replica's, counted now) with the latest
-scraped engine gauges and their age.
+scraped engine gauges and their age. What a policy returns is kept only where it names real,
+distinct candidates (`only_candidates`), so no policy can route outside them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from gateway.registry import Registry
 from gateway.state import SharedView
-from policies.base import EndpointSnapshot, EngineSignals
+from policies.base import EndpointSnapshot, EngineSignals, Ranking
 
 Signals = Callable[[str], EngineSignals | None]  # an endpoint's latest scraped signals
 
 
-def snapshots(
+def candidate_snapshots(
     registry: Registry, view: SharedView, signals: Signals, model: str, now: float
 ) -> list[EndpointSnapshot]:
     """One snapshot per endpoint of `model` that is in rotation at `now`."""
     found = []
     local_tokens = view.local_tokens
     for endpoint in registry.serving(model):
-        stats = view.stats(endpoint.id)
+        stats = view.shared(endpoint.id)  # cool-down and breaker, as `view.stats` has them
         if registry.available(endpoint.id, now) and stats.available(now):
             found.append(
                 EndpointSnapshot(
                     endpoint_id=endpoint.id,
                     kind=endpoint.kind,
-                    in_flight=stats.in_flight,
+                    in_flight=view.in_flight(endpoint.id, stats),
                     in_flight_tokens=local_tokens[endpoint.id],
                     max_concurrency=endpoint.max_concurrency,
                     input_price_per_1m=endpoint.price.input_per_1m,
@@ -58,3 +60,14 @@ def next_available_in_s(registry: Registry, view: SharedView, model: str, now: f
         waits.append(until_s - now)
     soonest = min(waits, default=0.0)
     return soonest if soonest > 0 else 1.0
+
+
+def only_candidates(ranking: Ranking, allowed: set[str]) -> Ranking:
+    """The ranking with endpoints outside `allowed`, and repeats, removed."""
+    seen: set[str] = set()
+    kept = []
+    for snapshot in ranking.endpoints:
+        if snapshot.endpoint_id in allowed and snapshot.endpoint_id not in seen:
+            seen.add(snapshot.endpoint_id)
+            kept.append(snapshot)
+    return replace(ranking, endpoints=tuple(kept))

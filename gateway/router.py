@@ -15,13 +15,14 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
-from gateway import candidates, tracing
+from gateway import tracing
 from gateway.admission import Admission
+from gateway.candidates import candidate_snapshots, next_available_in_s, only_candidates
 from gateway.errors import (
     GatewayError,
     NoEndpointAvailable,
@@ -81,13 +82,13 @@ class Router:
 
     def snapshots(self, model: str) -> list[EndpointSnapshot]:
         """One immutable snapshot per endpoint of `model` that is in rotation now."""
-        return candidates.snapshots(
+        return candidate_snapshots(
             self.registry, self.view, self.scraper.signals, model, time.time()
         )
 
     def next_available_in_s(self, model: str) -> float:
         """Seconds until an endpoint of `model` is back in rotation (see gateway/candidates)."""
-        return candidates.next_available_in_s(self.registry, self.view, model, time.time())
+        return next_available_in_s(self.registry, self.view, model, time.time())
 
     async def decide(self, request: RouteRequest) -> Ranking:
         """Admit (maybe after queueing) and rank; the decision time excludes queueing."""
@@ -108,7 +109,7 @@ class Router:
         waited_s = time.perf_counter() - admitted_at
         with tracing.span("routing"):
             ranking = self.policy.rank(request, eligible, self.rng)
-        ranking = _only_candidates(ranking, {c.endpoint_id for c in eligible})
+        ranking = only_candidates(ranking, {c.endpoint_id for c in eligible})
         self.metrics.decision.observe(max(0.0, time.perf_counter() - started - waited_s))
         if not ranking.endpoints:
             raise NoEndpointAvailable(
@@ -218,16 +219,6 @@ class Router:
         except BaseException:
             self.finisher.abandoned(endpoint.id, call.request_id)
             raise
-
-
-def _only_candidates(ranking: Ranking, allowed: set[str]) -> Ranking:
-    seen: set[str] = set()
-    kept = []
-    for snapshot in ranking.endpoints:
-        if snapshot.endpoint_id in allowed and snapshot.endpoint_id not in seen:
-            seen.add(snapshot.endpoint_id)
-            kept.append(snapshot)
-    return replace(ranking, endpoints=tuple(kept))
 
 
 def _final_error(last: AttemptFailed) -> GatewayError:

@@ -229,14 +229,15 @@ class ScrapedState:
     preemptions_total: float | None = None
 
     def signals(self, age_s: float) -> EngineSignals:
+        # Positional: built per endpoint per request, where keywords cost twice as much.
         return EngineSignals(
-            waiting=self.waiting,
-            running=self.running,
-            kv_usage=self.kv_usage,
-            waiting_for_capacity=self.waiting_for_capacity,
-            kv_capacity_tokens=self.kv_capacity_tokens,
-            preemptions_total=self.preemptions_total,
-            age_s=age_s,
+            self.waiting,
+            self.running,
+            self.kv_usage,
+            self.waiting_for_capacity,
+            self.kv_capacity_tokens,
+            self.preemptions_total,
+            age_s,
         )
 
 
