@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
-from gateway.background import Background
+from gateway.background import Background, Spawn
 from gateway.errors import Rejected
 from gateway.settings import TenantLimits
 from gateway.stats.base import StatsStore, TenantQuota
@@ -44,7 +44,6 @@ DISPATCH_TICK_S = 0.02
 DISPATCH_PER_TICK = 4  # engine gauges lag: pace dispatches so one tick cannot flood an endpoint
 
 Snapshots = Callable[[], Sequence[EndpointSnapshot]]
-Spawn = Callable[[Coroutine[Any, Any, Any]], object]  # runs a store write: later, or at once
 TENANT_RETRY_AFTER_S = TENANT_WINDOW_S / 6  # a tenant window moves on in slots of this size
 TENANT_REASONS = {
     "requests": Reason.TENANT_RATE_LIMITED,

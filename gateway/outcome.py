@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from gateway.background import Background
+from gateway.background import Background, Spawn
 from gateway.health import Breakers, HealthChecker
 from gateway.leases import LeaseBook
 from gateway.proxy import AttemptFailed, Opened
@@ -25,8 +25,6 @@ from gateway.state import SharedView
 from gateway.stats.base import LatencySample, StatsStore
 from gateway.telemetry import Metrics
 from policies.base import RouteRequest, SloTarget
-
-Spawn = Callable[[Coroutine[Any, Any, Any]], object]  # runs a store write: later, or at once
 
 
 class Failure(Protocol):

@@ -17,8 +17,10 @@ Nothing here decides: every step calls the code the live gateway runs, built fro
 The store is the real `MemoryStatsStore`, whose coroutines finish without suspending, so
 `run_to_completion` runs each at once, and store writes the live gateway hands to background
 tasks run inline: no event loop in virtual time. What stays here is that wiring, the shared
-lease taken inline (`InlineLeases`) and `Failure`, the three fields of `gateway.proxy`'s
-`AttemptFailed` an attempt's end needs.
+lease taken inline (`InlineLeases`), and `Failure` with `classify`: the three fields of
+`gateway.proxy.AttemptFailed` an attempt's end needs, filled from `classify_error`'s verdict as
+`gateway.proxy._raise_for_status` fills them (that function reads an HTTP response and raises).
+Failover along the ranking is the simulator's event loop (gateway/offline/simulator.py).
 """
 
 from __future__ import annotations
