@@ -5,12 +5,15 @@ tasks are tracked so shutdown can wait for them and failures are logged, never l
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from gateway.telemetry import log
 
 T = TypeVar("T")
+# What the synchronous cores hand store writes to: `Background.spawn` live; offline, a runner
+# that finishes them at once (the memory store never suspends).
+Spawn = Callable[[Coroutine[Any, Any, Any]], object]
 
 
 class Background:

@@ -56,6 +56,48 @@ class ProbeResult:
     at_s: float
 
 
+class Breakers:
+    """The shared circuit breakers as this replica drives them, with `now` passed in.
+
+    Only the store is awaited, so over a store that never suspends (memory) every call runs to
+    completion at once: the offline simulator drives these same transitions in virtual time.
+    """
+
+    def __init__(self, store: StatsStore, policy: BreakerPolicy) -> None:
+        self.store = store
+        self.policy = policy
+        self._phases: dict[str, Phase] = {}
+
+    async def record(self, endpoint_id: str, *, ok: bool, now: float) -> BreakerState:
+        """A request's or a probe's outcome (see `is_failure`)."""
+        state = await self.store.record_result(endpoint_id, ok=ok, now=now, policy=self.policy)
+        self._note_phase(endpoint_id, state.phase(now))
+        return state
+
+    async def probe_due(self, endpoint_ids: Sequence[str], now: float) -> list[str]:
+        """The endpoints a probe may go to now (one store read): closed breakers, and half-open
+        ones whose single trial this replica claims; an open breaker waits for its cooldown."""
+        stats = await self.store.read(endpoint_ids, now=now)
+        due = []
+        for endpoint_id in endpoint_ids:
+            phase = stats[endpoint_id].breaker.phase(now)
+            self._note_phase(endpoint_id, phase)
+            if phase == "closed" or (
+                phase == "half_open"
+                and await self.store.claim_trial(endpoint_id, now=now, policy=self.policy)
+            ):
+                due.append(endpoint_id)
+        return due
+
+    def _note_phase(self, endpoint_id: str, phase: Phase) -> None:
+        """Log the breaker's phase changes as this replica sees them, not every outcome."""
+        previous = self._phases.get(endpoint_id, "closed")
+        self._phases[endpoint_id] = phase
+        if phase != previous:
+            level = logging.WARNING if phase == "open" else logging.INFO
+            log.log(level, "circuit breaker of %s: %s -> %s", endpoint_id, previous, phase)
+
+
 class HealthChecker:
     def __init__(
         self,
@@ -72,6 +114,7 @@ class HealthChecker:
         """`clock` is wall time: breaker times are compared across replicas."""
         self.endpoints = list(endpoints)
         self.policy = policy or BreakerPolicy()
+        self.breakers = Breakers(store, self.policy)
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._store = store
@@ -79,7 +122,6 @@ class HealthChecker:
         self._clock = clock
         self._sleep = sleep
         self._probes: dict[str, ProbeResult] = {}
-        self._phases: dict[str, Phase] = {}
 
     @property
     def last_probes(self) -> Mapping[str, ProbeResult]:
@@ -87,9 +129,7 @@ class HealthChecker:
 
     async def record(self, endpoint_id: str, *, ok: bool, now: float) -> BreakerState:
         """A request's outcome, for passive breaking (see `is_failure`)."""
-        state = await self._store.record_result(endpoint_id, ok=ok, now=now, policy=self.policy)
-        self._note_phase(endpoint_id, state.phase(now))
-        return state
+        return await self.breakers.record(endpoint_id, ok=ok, now=now)
 
     async def probe(self, endpoint: EndpointConfig) -> ProbeResult:
         started = time.perf_counter()
@@ -108,10 +148,9 @@ class HealthChecker:
         return result
 
     async def check_once(self) -> None:
-        """Probe every endpoint whose breaker lets a probe through (one store read first)."""
-        now = self._clock()
-        stats = await self._store.read([e.id for e in self.endpoints], now=now)
-        await asyncio.gather(*(self._check(e, stats[e.id].breaker, now) for e in self.endpoints))
+        """Probe every endpoint whose breaker lets a probe through."""
+        due = set(await self.breakers.probe_due([e.id for e in self.endpoints], self._clock()))
+        await asyncio.gather(*(self._check(e) for e in self.endpoints if e.id in due))
 
     async def run(self) -> None:
         store_down = False
@@ -126,22 +165,6 @@ class HealthChecker:
                 store_down = True
             await self._sleep(self.interval_s)
 
-    async def _check(self, endpoint: EndpointConfig, breaker: BreakerState, now: float) -> None:
-        phase = breaker.phase(now)
-        self._note_phase(endpoint.id, phase)
-        if phase == "open":
-            return
-        if phase == "half_open" and not await self._store.claim_trial(
-            endpoint.id, now=now, policy=self.policy
-        ):
-            return
+    async def _check(self, endpoint: EndpointConfig) -> None:
         result = await self.probe(endpoint)
         await self.record(endpoint.id, ok=result.ok, now=result.at_s)
-
-    def _note_phase(self, endpoint_id: str, phase: Phase) -> None:
-        """Log the breaker's phase changes as this replica sees them, not every outcome."""
-        previous = self._phases.get(endpoint_id, "closed")
-        self._phases[endpoint_id] = phase
-        if phase != previous:
-            level = logging.WARNING if phase == "open" else logging.INFO
-            log.log(level, "circuit breaker of %s: %s -> %s", endpoint_id, previous, phase)

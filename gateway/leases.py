@@ -18,6 +18,34 @@ from gateway.stats.base import StatsStore
 from gateway.telemetry import Metrics
 
 
+class LocalLeases:
+    """This replica's side of its leases, synchronous: counted in the view at once, each with
+    the gateway-wide in-flight count it was taken under (the load its TPOT is measured under).
+    `LeaseBook` adds the shared lease in the store; the offline simulator, whose store never
+    suspends, takes and drops that one inline."""
+
+    def __init__(self, view: SharedView) -> None:
+        self.view = view
+        self._held: dict[tuple[str, str], tuple[int, int]] = {}  # -> (KV footprint, in-flight)
+
+    def take(self, endpoint_id: str, request_id: str, tokens: int) -> None:
+        self.view.started(endpoint_id, tokens)
+        self._held[(endpoint_id, request_id)] = (tokens, self.view.stats(endpoint_id).in_flight)
+
+    def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int:
+        """Gateway-wide in-flight on the endpoint when this lease was taken, itself included."""
+        held = self._held.get((endpoint_id, request_id))
+        return held[1] if held else 0
+
+    def drop(self, endpoint_id: str, request_id: str) -> bool:
+        """False when the lease was never taken or is already dropped."""
+        held = self._held.pop((endpoint_id, request_id), None)
+        if held is None:
+            return False
+        self.view.finished(endpoint_id, held[0])
+        return True
+
+
 class LeaseBook:
     def __init__(
         self,
@@ -32,34 +60,28 @@ class LeaseBook:
         self.metrics = metrics
         self.background = background
         self.ttl_s = ttl_s  # outlives any sane request; a dead replica's leases expire
-        # (endpoint, request) -> (the shared take, KV footprint, in-flight when taken)
-        self._taking: dict[tuple[str, str], tuple[asyncio.Task[int], int, int]] = {}
+        self.local = LocalLeases(view)
+        self._taking: dict[tuple[str, str], asyncio.Task[int]] = {}  # the shared takes
         self._refreshed_at: dict[tuple[str, str], float] = {}  # when each lease was last taken
 
     def take(self, endpoint_id: str, request_id: str, tokens: int) -> None:
         """Lease `endpoint_id` for a request whose KV footprint is `tokens`."""
-        self.view.started(endpoint_id, tokens)
+        self.local.take(endpoint_id, request_id, tokens)
         self.metrics.in_flight.labels(endpoint_id).inc()
         taking = self.background.spawn(
             self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=time.time())
         )
-        in_flight = self.view.stats(endpoint_id).in_flight
-        self._taking[(endpoint_id, request_id)] = (taking, tokens, in_flight)
+        self._taking[(endpoint_id, request_id)] = taking
         self._refreshed_at[(endpoint_id, request_id)] = time.time()
 
     def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int:
-        """Gateway-wide in-flight on the endpoint when this lease was taken, itself included:
-        the load the request's TPOT was measured under."""
-        held = self._taking.get((endpoint_id, request_id))
-        return held[2] if held else 0
+        return self.local.in_flight_when_taken(endpoint_id, request_id)
 
     def drop(self, endpoint_id: str, request_id: str) -> None:
-        held = self._taking.pop((endpoint_id, request_id), None)
+        taking = self._taking.pop((endpoint_id, request_id), None)
         self._refreshed_at.pop((endpoint_id, request_id), None)
-        if held is None:
+        if taking is None or not self.local.drop(endpoint_id, request_id):
             return  # never taken, or already dropped
-        taking, tokens, _ = held
-        self.view.finished(endpoint_id, tokens)
         self.metrics.in_flight.labels(endpoint_id).dec()
         self.background.spawn(self._drop(endpoint_id, request_id, taking))
 

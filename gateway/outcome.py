@@ -1,18 +1,20 @@
 """What happens around each upstream attempt: leases, health, statistics, SLO accounting.
 
 Nothing here awaits on the request path: lease changes, breaker updates and statistics go to
-background tasks so a slow store never delays a response.
+background tasks so a slow store never delays a response. The decisions (`Outcomes`) take
+`now` and a `spawn` for store writes, so the offline simulator runs them in virtual time.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from gateway.background import Background
-from gateway.health import HealthChecker
+from gateway.background import Background, Spawn
+from gateway.health import Breakers, HealthChecker
 from gateway.leases import LeaseBook
 from gateway.proxy import AttemptFailed, Opened
 from gateway.record import note_result
@@ -23,6 +25,19 @@ from gateway.state import SharedView
 from gateway.stats.base import LatencySample, StatsStore
 from gateway.telemetry import Metrics
 from policies.base import RouteRequest, SloTarget
+
+
+class Failure(Protocol):
+    """An attempt that failed before the first byte (`gateway.proxy.AttemptFailed` live)."""
+
+    @property
+    def status(self) -> int: ...  # 0: no answer within the first-byte timeout
+
+    @property
+    def retry_after_s(self) -> float | None: ...  # how long the endpoint asked to be left alone
+
+    @property
+    def quota_exhausted(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +66,108 @@ def slo_met(slo: SloTarget, result: Finished) -> bool:
     return slo.deadline_s is None or result.e2e_s <= slo.deadline_s
 
 
+class Leases(Protocol):
+    """This replica's leases: `LeaseBook` live, `LocalLeases` plus inline store calls offline."""
+
+    def take(self, endpoint_id: str, request_id: str, tokens: int) -> object: ...
+
+    def drop(self, endpoint_id: str, request_id: str) -> object: ...
+
+    def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int: ...
+
+
+class Outcomes:
+    """What each attempt's end does to state: leases, cool-downs, breakers, statistics.
+
+    Synchronous, with `now` passed in; store writes go to `spawn` (background tasks live, run at
+    once offline over a store that never suspends), so the live `Finisher` and the offline
+    simulator account for attempts with this same code.
+    """
+
+    def __init__(
+        self,
+        leases: Leases,
+        registry: Registry,
+        breakers: Breakers,
+        view: SharedView,
+        spawn: Spawn,
+    ) -> None:
+        self.leases = leases
+        self.registry = registry
+        self.breakers = breakers
+        self.view = view
+        self.store: StatsStore = view.store
+        self.spawn = spawn
+        self.on_finished: Callable[[RouteRequest, float], None] = lambda request, now: None
+
+    def failed_attempt(
+        self, endpoint_id: str, request: RouteRequest, failure: Failure, now: float
+    ) -> None:
+        """An attempt that got no usable answer before the first byte."""
+        self.leases.drop(endpoint_id, request.request_id)
+        if failure.quota_exhausted and failure.retry_after_s:
+            self.cool_down(endpoint_id, now + failure.retry_after_s, "insufficient_quota", now)
+        elif failure.retry_after_s:
+            self.cool_down(endpoint_id, now + failure.retry_after_s, "retry_after", now)
+        if failure.status != 429:  # rate limits cool an endpoint down; they do not break it
+            self._record_health(endpoint_id, ok=False, now=now)
+        sample = LatencySample(
+            now, False, failure.status, request.prompt_tokens, 0, None, None, 0.0
+        )
+        self.spawn(self.store.observe(endpoint_id, sample))
+
+    def finished(
+        self,
+        endpoint_id: str,
+        request: RouteRequest,
+        result: Finished,
+        limit_headers: Mapping[str, str] | None,
+        now: float,
+    ) -> bool | None:
+        """A request that got an answer; `limit_headers`: a provider's rate-limit headers.
+        Whether it met its SLO; None when the client left (which says nothing about either)."""
+        in_flight = self.leases.in_flight_when_taken(endpoint_id, request.request_id)
+        self.leases.drop(endpoint_id, request.request_id)
+        self.on_finished(request, now)
+        if result.outcome != "cancelled":
+            self._record_health(endpoint_id, ok=result.outcome != "upstream_error", now=now)
+        if limit_headers is not None:
+            self._honour_rate_limits(endpoint_id, limit_headers, now)
+        if result.outcome == "cancelled":
+            return None
+        sample = LatencySample(
+            at_s=now,
+            ok=result.outcome != "upstream_error",
+            status=result.status,
+            prompt_tokens=result.prompt_tokens,
+            output_tokens=result.output_tokens,
+            ttft_s=result.ttft_s,
+            tpot_s=result.tpot_s,
+            e2e_s=result.e2e_s,
+            in_flight=in_flight,
+        )
+        self.spawn(self.store.observe(endpoint_id, sample))
+        return slo_met(request.slo, result)
+
+    def _record_health(self, endpoint_id: str, *, ok: bool, now: float) -> None:
+        if ok and not self.view.stats(endpoint_id).breaker.failures:
+            return  # the common case: nothing to reset, so no write to the shared store
+        self.spawn(self.breakers.record(endpoint_id, ok=ok, now=now))
+
+    def _honour_rate_limits(self, endpoint_id: str, headers: Mapping[str, str], now: float) -> None:
+        """A provider that says its budget is spent is left alone until the budget resets."""
+        wait_s = parse_rate_limits(headers, now=now).exhausted_for_s()
+        if wait_s:
+            self.cool_down(endpoint_id, now + wait_s, "rate_limit_exhausted", now)
+
+    def cool_down(self, endpoint_id: str, until_s: float, reason: str, now: float) -> None:
+        self.registry.cool_down(endpoint_id, until_s, reason)
+        self.spawn(self.store.cool_down(endpoint_id, until_s=until_s, now=now))
+
+
 class Finisher:
+    """The live request path's accounting: `Outcomes` on the wall clock, plus metrics."""
+
     def __init__(
         self,
         leases: LeaseBook,
@@ -62,12 +178,10 @@ class Finisher:
         background: Background,
     ) -> None:
         self.leases = leases
-        self.registry = registry
-        self.health = health
-        self.view = view
         self.metrics = metrics
         self.background = background
-        self.store: StatsStore = view.store
+        self.outcomes = Outcomes(leases, registry, health.breakers, view, background.spawn)
+        self.outcomes.on_finished = lambda request, now: self.on_finished(request)
         self.on_finished: Callable[[RouteRequest], None] = lambda request: None
 
     def start(self, endpoint_id: str, request_id: str, tokens: int) -> None:
@@ -79,77 +193,31 @@ class Finisher:
     def failed_attempt(
         self, endpoint_id: str, request: RouteRequest, failure: AttemptFailed
     ) -> None:
-        self.leases.drop(endpoint_id, request.request_id)
-        now = time.time()
-        if failure.quota_exhausted and failure.retry_after_s:
-            self._cool_down(endpoint_id, now + failure.retry_after_s, "insufficient_quota")
-        elif failure.retry_after_s:
-            self._cool_down(endpoint_id, now + failure.retry_after_s, "retry_after")
-        if failure.status != 429:  # rate limits cool an endpoint down; they do not break it
-            self._record_health(endpoint_id, ok=False)
+        self.outcomes.failed_attempt(endpoint_id, request, failure, time.time())
         result = "rate_limited" if failure.status == 429 else "failed"
         self.metrics.upstream_attempts.labels(endpoint_id, result).inc()
-        sample = LatencySample(
-            now, False, failure.status, request.prompt_tokens, 0, None, None, 0.0
-        )
-        self.background.spawn(self.store.observe(endpoint_id, sample))
 
     def finish(self, opened: Opened, request: RouteRequest, result: Finished) -> None:
         """Account for a request that got an upstream response (closing it in the background)."""
         note_result(result)
         endpoint_id = opened.endpoint.id
         self.background.spawn(opened.response.aclose())
-        in_flight = self.leases.in_flight_when_taken(endpoint_id, request.request_id)
-        self.leases.drop(endpoint_id, request.request_id)
-        self.on_finished(request)
-        if result.outcome != "cancelled":
-            self._record_health(endpoint_id, ok=result.outcome != "upstream_error")
+        limits = opened.response.headers if opened.endpoint.kind == "openai" else None
+        met = self.outcomes.finished(endpoint_id, request, result, limits, time.time())
         self.metrics.upstream_attempts.labels(endpoint_id, result.outcome).inc()
         self.metrics.requests.labels(
             request.model, endpoint_id, request.tenant, request.slo.name, result.outcome
         ).inc()
         self._observe_latency(endpoint_id, request, result)
-        if opened.endpoint.kind == "openai":
-            self._honour_rate_limits(endpoint_id, opened)
-        if result.outcome == "cancelled":
-            return  # a client leaving says nothing about the endpoint or the SLO
-        verdict = "met" if slo_met(request.slo, result) else "missed"
-        self.metrics.slo.labels(request.slo.name, request.tenant, endpoint_id, verdict).inc()
-        sample = LatencySample(
-            at_s=time.time(),
-            ok=result.outcome != "upstream_error",
-            status=result.status,
-            prompt_tokens=result.prompt_tokens,
-            output_tokens=result.output_tokens,
-            ttft_s=result.ttft_s,
-            tpot_s=result.tpot_s,
-            e2e_s=result.e2e_s,
-            in_flight=in_flight,
-        )
-        self.background.spawn(self.store.observe(endpoint_id, sample))
+        if met is not None:
+            verdict = "met" if met else "missed"
+            self.metrics.slo.labels(request.slo.name, request.tenant, endpoint_id, verdict).inc()
 
     def _observe_latency(self, endpoint_id: str, request: RouteRequest, result: Finished) -> None:
         if result.ttft_s is not None:
             self.metrics.ttft.labels(endpoint_id, request.model).observe(result.ttft_s)
         if result.tpot_s is not None:
             self.metrics.tpot.labels(endpoint_id, request.model).observe(result.tpot_s)
-
-    def _record_health(self, endpoint_id: str, *, ok: bool) -> None:
-        if ok and not self.view.stats(endpoint_id).breaker.failures:
-            return  # the common case: nothing to reset, so no write to the shared store
-        self.background.spawn(self.health.record(endpoint_id, ok=ok, now=time.time()))
-
-    def _honour_rate_limits(self, endpoint_id: str, opened: Opened) -> None:
-        """A provider that says its budget is spent is left alone until the budget resets."""
-        now = time.time()
-        wait_s = parse_rate_limits(opened.response.headers, now=now).exhausted_for_s()
-        if wait_s:
-            self._cool_down(endpoint_id, now + wait_s, "rate_limit_exhausted")
-
-    def _cool_down(self, endpoint_id: str, until_s: float, reason: str) -> None:
-        self.registry.cool_down(endpoint_id, until_s, reason)
-        now = time.time()
-        self.background.spawn(self.store.cool_down(endpoint_id, until_s=until_s, now=now))
 
 
 def stream_result(opened: Opened, watch: StreamWatch, outcome: str, prompt: int) -> Finished:

@@ -15,13 +15,14 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from gateway import tracing
 from gateway.admission import Admission
+from gateway.candidates import candidate_snapshots, next_available_in_s, only_candidates
 from gateway.errors import (
     GatewayError,
     NoEndpointAvailable,
@@ -81,41 +82,13 @@ class Router:
 
     def snapshots(self, model: str) -> list[EndpointSnapshot]:
         """One immutable snapshot per endpoint of `model` that is in rotation now."""
-        now = time.time()
-        snapshots = []
-        for endpoint in self.registry.serving(model):
-            stats = self.view.stats(endpoint.id)
-            if self.registry.available(endpoint.id, now) and stats.available(now):
-                snapshots.append(
-                    EndpointSnapshot(
-                        endpoint_id=endpoint.id,
-                        kind=endpoint.kind,
-                        in_flight=stats.in_flight,
-                        in_flight_tokens=self.view.local_tokens[endpoint.id],
-                        max_concurrency=endpoint.max_concurrency,
-                        input_price_per_1m=endpoint.price.input_per_1m,
-                        output_price_per_1m=endpoint.price.output_per_1m,
-                        engine=self.scraper.signals(endpoint.id),
-                        latency=stats.latency,
-                    )
-                )
-        return snapshots
+        return candidate_snapshots(
+            self.registry, self.view, self.scraper.signals, model, time.time()
+        )
 
     def next_available_in_s(self, model: str) -> float:
-        """Seconds until the first endpoint of `model` leaves its cool-down or open breaker:
-        the Retry-After a client is told when none is in rotation (1 s when unknown)."""
-        now = time.time()
-        waits = []
-        for endpoint in self.registry.serving(model):
-            stats = self.view.stats(endpoint.id)
-            until_s = max(
-                self.registry.state(endpoint.id).cooldown_until_s,
-                stats.cooldown_until_s,
-                stats.breaker.open_until_s,
-            )
-            waits.append(until_s - now)
-        soonest = min(waits, default=0.0)
-        return soonest if soonest > 0 else 1.0
+        """Seconds until an endpoint of `model` is back in rotation (see gateway/candidates)."""
+        return next_available_in_s(self.registry, self.view, model, time.time())
 
     async def decide(self, request: RouteRequest) -> Ranking:
         """Admit (maybe after queueing) and rank; the decision time excludes queueing."""
@@ -136,7 +109,7 @@ class Router:
         waited_s = time.perf_counter() - admitted_at
         with tracing.span("routing"):
             ranking = self.policy.rank(request, eligible, self.rng)
-        ranking = _only_candidates(ranking, {c.endpoint_id for c in eligible})
+        ranking = only_candidates(ranking, {c.endpoint_id for c in eligible})
         self.metrics.decision.observe(max(0.0, time.perf_counter() - started - waited_s))
         if not ranking.endpoints:
             raise NoEndpointAvailable(
@@ -246,16 +219,6 @@ class Router:
         except BaseException:
             self.finisher.abandoned(endpoint.id, call.request_id)
             raise
-
-
-def _only_candidates(ranking: Ranking, allowed: set[str]) -> Ranking:
-    seen: set[str] = set()
-    kept = []
-    for snapshot in ranking.endpoints:
-        if snapshot.endpoint_id in allowed and snapshot.endpoint_id not in seen:
-            seen.add(snapshot.endpoint_id)
-            kept.append(snapshot)
-    return replace(ranking, endpoints=tuple(kept))
 
 
 def _final_error(last: AttemptFailed) -> GatewayError:

@@ -229,14 +229,15 @@ class ScrapedState:
     preemptions_total: float | None = None
 
     def signals(self, age_s: float) -> EngineSignals:
+        # Positional: built per endpoint per request, where keywords cost twice as much.
         return EngineSignals(
-            waiting=self.waiting,
-            running=self.running,
-            kv_usage=self.kv_usage,
-            waiting_for_capacity=self.waiting_for_capacity,
-            kv_capacity_tokens=self.kv_capacity_tokens,
-            preemptions_total=self.preemptions_total,
-            age_s=age_s,
+            self.waiting,
+            self.running,
+            self.kv_usage,
+            self.waiting_for_capacity,
+            self.kv_capacity_tokens,
+            self.preemptions_total,
+            age_s,
         )
 
 
@@ -283,10 +284,30 @@ def metrics_url(endpoint: EndpointConfig) -> str:
     return endpoint.metrics_url or f"{endpoint.root_url}/metrics"
 
 
-@dataclass(frozen=True, slots=True)
-class _Scrape:
-    state: ScrapedState
-    at_s: float  # clock() when the page arrived
+class LatestScrapes:
+    """Each endpoint's latest scrape, read with its age: unknown values once stale, never zero.
+
+    No clock of its own (callers pass `now` on the clock the scrapes were stamped with), so the
+    live scraper and the offline simulator's virtual scrapes age signals the same way.
+    """
+
+    def __init__(self, stale_after_s: float) -> None:
+        self.stale_after_s = stale_after_s
+        self._latest: dict[str, tuple[ScrapedState, float]] = {}
+
+    def put(self, endpoint_id: str, state: ScrapedState, at_s: float) -> None:
+        self._latest[endpoint_id] = (state, at_s)
+
+    def signals(self, endpoint_id: str, now: float) -> EngineSignals | None:
+        """Latest signals with their age; values None once stale; None if never scraped."""
+        scrape = self._latest.get(endpoint_id)
+        if scrape is None:
+            return None
+        state, at_s = scrape
+        age_s = max(0.0, now - at_s)
+        if age_s > self.stale_after_s:
+            return EngineSignals(age_s=age_s)
+        return state.signals(age_s)
 
 
 class Scraper:
@@ -304,23 +325,16 @@ class Scraper:
         """Scrapes the `kind: vllm` endpoints; `clock` and `sleep` are injectable for tests."""
         self.targets = {e.id: metrics_url(e) for e in endpoints if e.kind == "vllm"}
         self.interval_s = interval_s
-        self.stale_after_s = stale_after_s
         self.timeout_s = timeout_s
+        self.latest = LatestScrapes(stale_after_s)
         self._client = client
         self._clock = clock
         self._sleep = sleep
-        self._latest: dict[str, _Scrape] = {}
         self._failing: set[str] = set()
 
     def signals(self, endpoint_id: str) -> EngineSignals | None:
-        """Latest signals with their age; values None once stale; None if never scraped."""
-        scrape = self._latest.get(endpoint_id)
-        if scrape is None:
-            return None
-        age_s = max(0.0, self._clock() - scrape.at_s)
-        if age_s > self.stale_after_s:
-            return EngineSignals(age_s=age_s)
-        return scrape.state.signals(age_s)
+        """Latest signals with their age (see `LatestScrapes`), on this scraper's clock."""
+        return self.latest.signals(endpoint_id, self._clock())
 
     def all_signals(self) -> dict[str, EngineSignals | None]:
         return {eid: self.signals(eid) for eid in self.targets}
@@ -347,7 +361,7 @@ class Scraper:
         except httpx.HTTPError as exc:
             self._note_failure(endpoint_id, exc)
             return
-        self._latest[endpoint_id] = _Scrape(parse_metrics(response.text), self._clock())
+        self.latest.put(endpoint_id, parse_metrics(response.text), self._clock())
         if endpoint_id in self._failing:
             self._failing.discard(endpoint_id)
             log.info("metrics scrape of %s recovered", endpoint_id)

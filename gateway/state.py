@@ -175,8 +175,17 @@ class ResilientStore:
 class SharedView:
     """Every endpoint's shared stats as of the last background refresh, plus local in-flight."""
 
-    def __init__(self, store: StatsStore, endpoint_ids: Sequence[str], refresh_s: float) -> None:
+    def __init__(
+        self,
+        store: StatsStore,
+        endpoint_ids: Sequence[str],
+        refresh_s: float,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """`clock` is wall time live; the offline simulator passes its virtual clock."""
         self.store = store
+        self.clock = clock
         self.endpoint_ids = list(endpoint_ids)
         self.refresh_s = refresh_s
         self.local: Counter[str] = Counter()
@@ -186,8 +195,9 @@ class SharedView:
         self._local_at_refresh: Counter[str] = Counter()
 
     async def refresh(self) -> None:
+        """One store read; over a store that never suspends (memory), it finishes at once."""
         local = self.local.copy()
-        now = time.time()
+        now = self.clock()
         self._shared = await self.store.read(self.endpoint_ids, now=now)
         self._local_at_refresh = local
         self.refreshed_at_s = now
@@ -203,10 +213,18 @@ class SharedView:
 
     def stats(self, endpoint_id: str) -> EndpointStats:
         shared = self._shared.get(endpoint_id, _NO_STATS)
-        others = shared.in_flight - self._local_at_refresh[endpoint_id]
-        in_flight = (others if others > 0 else 0) + self.local[endpoint_id]
+        in_flight = self.in_flight(endpoint_id, shared)
         # Built directly: dataclasses.replace costs several times more, per endpoint per request.
         return EndpointStats(in_flight, shared.latency, shared.breaker, shared.cooldown_until_s)
+
+    def shared(self, endpoint_id: str) -> EndpointStats:
+        """As of the last refresh, in-flight included (use `in_flight` for the fused count)."""
+        return self._shared.get(endpoint_id, _NO_STATS)
+
+    def in_flight(self, endpoint_id: str, shared: EndpointStats) -> int:
+        """Other replicas' leases as of the refresh (`shared`), plus this replica's now."""
+        others = shared.in_flight - self._local_at_refresh[endpoint_id]
+        return (others if others > 0 else 0) + self.local[endpoint_id]
 
     def started(self, endpoint_id: str, tokens: int) -> None:
         self.local[endpoint_id] += 1

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway.offline.scenario import EngineSpec, ProviderSpec
+from gateway.scraper import ScrapedState
 from gateway.sim.faults import FaultState
 from gateway.sim.model import EngineModel, EngineSnapshot, StepResult
 from gateway.sim.provider import ProviderLatency, go_duration
@@ -100,18 +101,17 @@ class VirtualEngine:
         return self.faults.faults.status_code is None
 
 
-# EngineSignals' fields before `age_s`, as the scraper reads them from the engine's /metrics
-EngineGauges = tuple[float, float, float, float, int, float]
-
-
-def engine_gauges(snapshot: EngineSnapshot) -> EngineGauges:
-    return (
-        float(snapshot.waiting),
-        float(snapshot.running),
-        snapshot.kv_usage,
-        float(snapshot.waiting_capacity),
-        snapshot.num_gpu_blocks * snapshot.block_size,
-        float(snapshot.preemptions_total),
+def scraped_state(snapshot: EngineSnapshot) -> ScrapedState:
+    """What the scraper parses from this engine's /metrics page (`gateway.sim.engine_metrics`
+    publishes these values under vLLM's names), without rendering and parsing the page."""
+    return ScrapedState(
+        engine="vllm",
+        waiting=float(snapshot.waiting),
+        running=float(snapshot.running),
+        kv_usage=snapshot.kv_usage,
+        waiting_for_capacity=float(snapshot.waiting_capacity),
+        kv_capacity_tokens=snapshot.num_gpu_blocks * snapshot.block_size,
+        preemptions_total=float(snapshot.preemptions_total),
     )
 
 

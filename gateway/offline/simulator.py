@@ -28,14 +28,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.admission import DISPATCH_PER_TICK, DISPATCH_TICK_S
+from gateway.admission import DISPATCH_TICK_S
 from gateway.offline.gateway_model import TIMED_OUT, Failure, GatewayModel, Queued, offline_config
-from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider
+from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider, scraped_state
 from gateway.offline.records import RequestRecord, unserved
 from gateway.offline.scenario import FaultEvent, Scenario
 from gateway.offline.trace import PlannedRequest
+from gateway.outcome import Finished
 from gateway.proxy import CLIENT_FAULT_STATUSES
-from gateway.stats.base import LatencySample
 from policies.admission import Admit, Queue, Reject
 from policies.base import EndpointSnapshot, RouteRequest
 
@@ -103,6 +103,7 @@ class Simulator:
             self._push(0.0, kind, None)
         for index, planned in enumerate(self.plan):
             self._until(planned.arrival_s)
+            self.gateway.now_s = planned.arrival_s
             self._arrive(index, planned)
         self._until(self.end_s)
         records = [
@@ -122,6 +123,7 @@ class Simulator:
         events = self._events
         while events and events[0][0] <= limit_s:
             now_s, _, kind, payload = heapq.heappop(events)
+            self.gateway.now_s = now_s
             self.events += 1
             if kind == STEP:
                 self._step_end(payload, now_s)
@@ -145,11 +147,11 @@ class Simulator:
     def _background(self, kind: int, now_s: float) -> None:
         state = self.config.state
         if kind == REFRESH:
-            self.gateway.refresh(now_s)
+            self.gateway.refresh()
             interval_s = state.refresh_s
         elif kind == SCRAPE:
             for engine_id, engine in self.engines.items():
-                self.gateway.scraped(engine_id, engine.snapshot(), now_s)
+                self.gateway.scrapes.put(engine_id, scraped_state(engine.snapshot()), now_s)
             interval_s = state.scrape_interval_s
         else:
             healthy = {i: e.healthy() for i, e in self.engines.items()}
@@ -190,23 +192,21 @@ class Simulator:
             self._shed(index, route, decision, now_s)
 
     def _enqueue(self, index: int, route: RouteRequest, decision: Queue, now_s: float) -> None:
-        if not self.gateway.queue.push(Queued(index, route), decision.deadline_s):
+        if not self.gateway.admission.enqueue(Queued(index, route), decision.deadline_s):
             self._end(index, 503, "queue_full", now_s, route, shed=True)
         elif not self._dispatching:  # the dispatcher wakes at once, then ticks
             self._dispatching = True
             self._push(now_s, DISPATCH, None)
 
     def _dispatch_queue(self, now_s: float) -> None:
-        """`Admission._dispatch`: expire, then dispatch a few by deadline."""
-        queue = self.gateway.queue
-        for expired in queue.drop_expired(now_s):
-            self._end(expired.index, 503, "deadline_unreachable", now_s, expired.route, shed=True)
-        for _ in range(DISPATCH_PER_TICK):
-            item = queue.pop(now_s, lambda q: self.gateway.fits(q.route, now_s))
-            if item is None:
-                break
+        """`Admission._dispatch`: expire, then dispatch a few by deadline; each dispatched
+        request then takes fresh snapshots, as a woken waiter does."""
+        expired, dispatched = self.gateway.dispatch(now_s)
+        for item in expired:
+            self._end(item.index, 503, "deadline_unreachable", now_s, item.route, shed=True)
+        for item in dispatched:
             self._route(item.index, item.route, self.gateway.eligible(item.route, now_s), now_s)
-        self._dispatching = bool(queue)
+        self._dispatching = bool(self.gateway.admission.queue)
         if self._dispatching:
             self._push(now_s + DISPATCH_TICK_S, DISPATCH, None)
 
@@ -229,7 +229,7 @@ class Simulator:
         flight.attempt += 1
         endpoint_id = flight.order[(flight.attempt - 1) % len(flight.order)]
         flight.endpoint_id, flight.sent_s = endpoint_id, now_s
-        self.gateway.take(endpoint_id, flight.route, now_s)
+        self.gateway.take(endpoint_id, flight.route)
         route = flight.route
         output_tokens = route.max_tokens or 1
         engine = self.engines.get(endpoint_id)
@@ -256,7 +256,7 @@ class Simulator:
             self._push(now_s + self.gateway.server.first_byte_timeout_s, TIMEOUT, flight)
         elif refusal.status in CLIENT_FAULT_STATUSES:
             # relayed to the client as sent; the endpoint answered, so it counts as healthy
-            self._observe(flight, now_s, ok=True, status=refusal.status)
+            self._observe(flight, now_s, "client_error", refusal.status)
             self._end(
                 flight.index,
                 refusal.status,
@@ -325,7 +325,7 @@ class Simulator:
         first_s = flight.first_s if flight.first_s is not None else now_s
         tokens = route.max_tokens or 1
         tpot_s = (now_s - first_s) / (tokens - 1) if tokens > 1 else None
-        self._observe(flight, now_s, ok=True, status=200, first_s=first_s, tpot_s=tpot_s)
+        self._observe(flight, now_s, "ok", 200, first_s=first_s, tpot_s=tpot_s)
         self._records[flight.index] = RequestRecord(
             request_id=route.request_id,
             tenant=planned.tenant,
@@ -348,16 +348,16 @@ class Simulator:
         self,
         flight: _Flight,
         now_s: float,
-        *,
-        ok: bool,
+        outcome: str,
         status: int,
+        *,
         first_s: float | None = None,
         tpot_s: float | None = None,
     ) -> None:
+        """What the gateway measured for the attempt that answered (`gateway.outcome`)."""
         route = flight.route
-        sample = LatencySample(
-            at_s=now_s,
-            ok=ok,
+        result = Finished(
+            outcome=outcome,
             status=status,
             prompt_tokens=route.prompt_tokens,
             output_tokens=(route.max_tokens or 0) if first_s is not None else 0,
@@ -365,7 +365,7 @@ class Simulator:
             tpot_s=tpot_s,
             e2e_s=now_s - flight.sent_s,
         )
-        self.gateway.finished(flight.endpoint_id, route, sample, flight.limit_headers)
+        self.gateway.finished(flight.endpoint_id, route, result, flight.limit_headers, now_s)
 
     # -- the rest ----------------------------------------------------------------------------
 

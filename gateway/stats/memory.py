@@ -29,8 +29,8 @@ class MemoryStatsStore:
         self.bucket_s = bucket_s
         self.half_life_s = half_life_s or window_s / 4
         self._bucket_count = math.ceil(window_s / bucket_s)
-        self._leases: dict[str, dict[str, float]] = {}
-        self._tenant_leases: dict[str, dict[str, float]] = {}
+        self._leases = _LeaseSets()
+        self._tenant_leases = _LeaseSets()
         self._buckets: dict[str, dict[int, _Fields]] = {}
         self._rates: dict[str, dict[int, int]] = {}
         self._breakers: dict[str, BreakerState] = {}
@@ -38,24 +38,28 @@ class MemoryStatsStore:
         # endpoint -> (newest bucket it was computed at, estimate): weights change only when a
         # bucket ends, so an estimate holds until then or until the next observation.
         self._estimates: dict[str, tuple[int, LatencyEstimate]] = {}
+        # endpoint -> (newest bucket, plain and weighted sums of the buckets before it): only
+        # the newest bucket fills, so a read merges one bucket, not the whole window.
+        self._history: dict[str, tuple[int, _Fields, _Fields]] = {}
 
     async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
-        leases = _live(self._leases, endpoint_id, now)
-        leases[request_id] = now + ttl_s
-        return len(leases)
+        return self._leases.add(endpoint_id, request_id, now + ttl_s, now)
 
     async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
-        self._leases.get(endpoint_id, {}).pop(request_id, None)
+        self._leases.remove(endpoint_id, request_id)
 
     async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
         return {eid: self._stats(eid, now) for eid in endpoint_ids}
 
     async def read_in_flight(self, endpoint_ids: Sequence[str], *, now: float) -> dict[str, int]:
-        return {eid: len(_live(self._leases, eid, now)) for eid in endpoint_ids}
+        return {eid: self._leases.count(eid, now) for eid in endpoint_ids}
 
     async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
         self._estimates.pop(endpoint_id, None)
         index = window.bucket_index(sample.at_s, self.bucket_s)
+        history = self._history.get(endpoint_id)
+        if history is not None and index < history[0]:
+            del self._history[endpoint_id]  # a late sample changes a merged bucket
         buckets = self._buckets.setdefault(endpoint_id, {})
         for old in [b for b in buckets if b <= index - self._bucket_count]:
             del buckets[old]
@@ -91,10 +95,10 @@ class MemoryStatsStore:
         if quota.tokens is not None and self._total(tokens_key, quota, now) + tokens > quota.tokens:
             return "tokens"
         if quota.concurrent is not None:
-            leases = _live(self._tenant_leases, f"tenant:{tenant}", now)
-            if len(leases) >= quota.concurrent:
+            key = f"tenant:{tenant}"
+            if self._tenant_leases.count(key, now) >= quota.concurrent:
                 return "concurrency"
-            leases[request_id] = now + ttl_s
+            self._tenant_leases.add(key, request_id, now + ttl_s, now)
         if quota.requests is not None:
             self._rate(requests_key, 1, None, quota.window_s, now)
         if quota.tokens is not None:
@@ -102,7 +106,7 @@ class MemoryStatsStore:
         return "admitted"
 
     async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None:
-        self._tenant_leases.get(f"tenant:{tenant}", {}).pop(request_id, None)
+        self._tenant_leases.remove(f"tenant:{tenant}", request_id)
 
     def _total(self, key: str, quota: TenantQuota, now: float) -> int:
         _, total = self._rate(key, 0, None, quota.window_s, now)
@@ -147,7 +151,7 @@ class MemoryStatsStore:
 
     def _stats(self, endpoint_id: str, now: float) -> EndpointStats:
         return EndpointStats(
-            in_flight=len(_live(self._leases, endpoint_id, now)),
+            in_flight=self._leases.count(endpoint_id, now),
             latency=self._latency(endpoint_id, window.bucket_index(now, self.bucket_s)),
             breaker=self._breakers.get(endpoint_id, BreakerState()),
             cooldown_until_s=self._cooldowns.get(endpoint_id, 0.0),
@@ -157,9 +161,23 @@ class MemoryStatsStore:
         cached = self._estimates.get(endpoint_id)
         if cached is not None and cached[0] == newest:
             return cached[1]
+        older_sums, older_weighted = self._older(endpoint_id, newest)
+        sums, weighted = dict(older_sums), dict(older_weighted)
+        for name, value in self._buckets.get(endpoint_id, {}).get(newest, {}).items():
+            sums[name] = sums.get(name, 0.0) + value
+            weighted[name] = weighted.get(name, 0.0) + value  # the newest bucket weighs 1
+        estimate = window.estimate(sums, weighted)
+        self._estimates[endpoint_id] = (newest, estimate)
+        return estimate
+
+    def _older(self, endpoint_id: str, newest: int) -> tuple[_Fields, _Fields]:
+        """Merged sums of the window's buckets before `newest`, computed once per bucket."""
+        history = self._history.get(endpoint_id)
+        if history is not None and history[0] == newest:
+            return history[1], history[2]
         weights = {
             index: window.weight((newest - index) * self.bucket_s, self.half_life_s)
-            for index in range(newest - self._bucket_count + 1, newest + 1)
+            for index in range(newest - self._bucket_count + 1, newest)
         }
         fields = (
             (weights[index], name, value)
@@ -167,14 +185,38 @@ class MemoryStatsStore:
             if index in weights
             for name, value in bucket.items()
         )
-        estimate = window.estimate(*window.merge(fields))
-        self._estimates[endpoint_id] = (newest, estimate)
-        return estimate
+        sums, weighted = window.merge(fields)
+        self._history[endpoint_id] = (newest, sums, weighted)
+        return sums, weighted
 
 
-def _live(lease_sets: dict[str, dict[str, float]], key: str, now: float) -> dict[str, float]:
-    """The lease set at `key` with leases expiring at or before `now` dropped."""
-    leases = lease_sets.setdefault(key, {})
-    for request_id in [r for r, expiry in leases.items() if expiry <= now]:
-        del leases[request_id]
-    return leases
+class _LeaseSets:
+    """Lease sets by key (request id -> expiry), expired leases dropped when a key is read.
+
+    Each set keeps a lower bound on its expiries, so a read finds nothing due without scanning:
+    the view reads every endpoint's set at every refresh, over every lease held.
+    """
+
+    def __init__(self) -> None:
+        self._sets: dict[str, dict[str, float]] = {}
+        self._due: dict[str, float] = {}  # key -> no lease of it expires before this
+
+    def count(self, key: str, now: float) -> int:
+        leases = self._sets.get(key)
+        if leases is None:
+            return 0
+        if now >= self._due[key]:
+            for request_id in [r for r, expiry in leases.items() if expiry <= now]:
+                del leases[request_id]
+            self._due[key] = min(leases.values(), default=math.inf)
+        return len(leases)
+
+    def add(self, key: str, request_id: str, expiry: float, now: float) -> int:
+        """Take (or renew) a lease; the set's size after."""
+        self.count(key, now)
+        self._sets.setdefault(key, {})[request_id] = expiry
+        self._due[key] = min(self._due.get(key, math.inf), expiry)
+        return len(self._sets[key])
+
+    def remove(self, key: str, request_id: str) -> None:
+        self._sets.get(key, {}).pop(request_id, None)

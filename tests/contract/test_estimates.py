@@ -119,6 +119,14 @@ async def test_a_read_sees_observations_made_since_the_last_read(store: StatsSto
     assert after.ttft_mean_s == pytest.approx(0.2)
 
 
+async def test_a_late_sample_for_an_earlier_bucket_counts(store: StatsStore) -> None:
+    await store.observe("a", sample(T0 + 1, ttft_s=0.1))
+    await store.observe("a", sample(T0 + 6, ttft_s=0.1))
+    assert (await latency(store, T0 + 7)).samples == 2
+    await store.observe("a", sample(T0 + 2, ttft_s=0.1))  # a replica reporting late
+    assert (await latency(store, T0 + 7)).samples == 3
+
+
 async def test_estimates_decay_after_the_window(stores: StoreClients) -> None:
     (store,) = stores.open(window_s=60, bucket_s=5)
     await store.observe("a", sample(T0 + 1))

@@ -49,6 +49,14 @@ async def test_expired_leases_are_not_counted(store: StatsStore) -> None:
     assert await store.acquire("a", "new", ttl_s=60, now=NOW + 10) == 2
 
 
+async def test_a_renewed_lease_outlives_its_first_expiry(store: StatsStore) -> None:
+    await store.acquire("a", "stream", ttl_s=5, now=NOW)
+    await store.acquire("a", "other", ttl_s=5, now=NOW)
+    await store.acquire("a", "stream", ttl_s=5, now=NOW + 4)
+    assert await in_flight(store, "a", NOW + 6) == 1
+    assert await in_flight(store, "a", NOW + 9) == 0
+
+
 async def test_concurrent_acquires_from_four_clients_give_an_exact_count(
     stores: StoreClients,
 ) -> None:

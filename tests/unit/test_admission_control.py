@@ -1,0 +1,89 @@
+"""The admission state both the live gateway and the offline simulator drive, with `now` given."""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.admission import AdmissionControl
+from gateway.stats.memory import MemoryStatsStore
+from policies.admission import AdmissionParams, Admit, Queue
+from policies.base import EndpointSnapshot, EngineSignals, RouteRequest, SloTarget
+
+INTERACTIVE = SloTarget("interactive", ttft_s=1.0, priority=10)
+NOW_S = 1000.0
+
+
+@dataclass(frozen=True)
+class Waiter:
+    route: RouteRequest
+
+
+def engine(kv_usage: float, endpoint_id: str = "e") -> EndpointSnapshot:
+    signals = EngineSignals(waiting=0, running=1, kv_usage=kv_usage, age_s=0.1)
+    return EndpointSnapshot(endpoint_id, "vllm", engine=signals)
+
+
+def route(request_id: str, model: str = "m") -> RouteRequest:
+    return RouteRequest(request_id, model, "app", INTERACTIVE, 100, 50, True, seq=0)
+
+
+def control() -> AdmissionControl[Waiter]:
+    def never(coroutine: Coroutine[Any, Any, Any]) -> None:
+        coroutine.close()
+
+    return AdmissionControl(AdmissionParams(), {}, MemoryStatsStore(), never, lease_ttl_s=60)
+
+
+def queued(admission: AdmissionControl[Waiter], count: int, model: str = "m") -> list[Waiter]:
+    full = [engine(0.99)]
+    waiters = []
+    for i in range(count):
+        decision, _ = admission.admit(route(f"{model}{i}", model), full, NOW_S)
+        assert isinstance(decision, Queue)
+        waiters.append(Waiter(route(f"{model}{i}", model)))
+        assert admission.enqueue(waiters[-1], decision.deadline_s)
+    return waiters
+
+
+def test_a_dispatch_tick_takes_snapshots_once_per_model_however_many_wait() -> None:
+    admission = control()
+    queued(admission, 4, "m")
+    queued(admission, 1, "other")
+    taken: list[str] = []
+
+    def snapshots(waiter: Waiter) -> Sequence[EndpointSnapshot]:
+        taken.append(waiter.route.model)
+        return [engine(0.99)]  # still full: nobody fits
+
+    expired, dispatched = admission.dispatch(NOW_S + 0.02, snapshots)
+    assert (expired, dispatched) == ([], [])
+    assert sorted(taken) == ["m", "other"]
+    assert admission.queued == {"m": 4, "other": 1}
+
+
+def test_waiters_leave_the_count_when_dispatched_or_expired() -> None:
+    admission = control()
+    waiters = queued(admission, 3)
+    _, dispatched = admission.dispatch(NOW_S + 0.02, lambda waiter: [engine(0.1)])
+    assert dispatched == waiters and admission.queued["m"] == 0
+    late = queued(admission, 2)
+    expired, _ = admission.dispatch(NOW_S + 3600, lambda waiter: [engine(0.99)])
+    assert expired == late and admission.queued["m"] == 0
+
+
+def test_a_withdrawn_waiter_is_forgotten_once() -> None:
+    admission = control()
+    (waiter,) = queued(admission, 1)
+    admission.withdraw(waiter)
+    admission.withdraw(waiter)
+    assert admission.queued["m"] == 0 and not len(admission.queue)
+
+
+def test_after_waiting_only_endpoints_with_headroom_are_eligible() -> None:
+    admission = control()
+    free, full = engine(0.1, "free"), engine(0.99, "full")
+    decision, eligible = admission.admit(route("r"), [free, full], NOW_S)
+    assert isinstance(decision, Admit) and eligible == [free]
+    assert admission.eligible(route("r"), [full]) == [full]  # none has room: all of them
