@@ -66,7 +66,8 @@ def create_app(
             Exception: _unexpected,
         },
     )
-    app.include_router(api.routes)
+    app.router.routes.extend(api.routes)
+    app.include_router(api.documented)  # behind the served routes: documentation only
     app.include_router(ops.routes)
     app.include_router(dashboard.routes)
     app.add_middleware(
