@@ -30,12 +30,29 @@ class StreamWatch:
     _pending: bytes = field(default=b"", repr=False)
 
     def feed(self, chunk: bytes) -> None:
+        if self._routine(chunk):
+            if _CONTENT.search(chunk):
+                self._count(time.perf_counter())
+            return
         data = self._pending + chunk
         events = data.split(b"\n\n")
         self._pending = events.pop()
         now = time.perf_counter()
         for event in events:
             self._event(event.strip(), now)
+
+    def _routine(self, chunk: bytes) -> bool:
+        """The common chunk, after the first token: one whole event, neither [DONE] nor one
+        that mentions usage or an error. It needs one regex search, not the general path."""
+        return (
+            self.first_token_s is not None
+            and not self._pending
+            and chunk.startswith(b"data: {")
+            and chunk.endswith(b"\n\n")
+            and chunk.count(b"\n\n") == 1
+            and b'"usage"' not in chunk
+            and b'"error"' not in chunk
+        )
 
     def _event(self, event: bytes, now: float) -> None:
         if not event.startswith(b"data:"):

@@ -54,3 +54,15 @@ def test_completions_text_counts_and_error_event_is_noticed() -> None:
     watch.feed(event({"error": {"message": "boom"}}))
     assert watch.content_events == 1
     assert watch.upstream_error
+
+
+def test_one_event_per_read_counts_content_and_still_sees_usage_errors_and_done() -> None:
+    reads = [chunk("", role="assistant"), chunk("a"), chunk(""), chunk("b"), chunk("c")]
+    reads += [event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 9}})]
+    reads += [event({"error": {"message": "late"}}), b"data: [DONE]\n\n"]
+    watch = StreamWatch(started_s=0.0)
+    for read in reads:
+        watch.feed(read)
+    assert watch.content_events == 3
+    assert watch.output_tokens == 9
+    assert watch.upstream_error and watch.done
