@@ -10,8 +10,6 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from fastapi.routing import APIRoute
-from starlette.routing import Route
 
 from gateway import openapi, tokens, tracing
 from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
@@ -23,9 +21,8 @@ from gateway.runtime import Runtime
 from gateway.sse import StreamWatch
 from policies.base import RouteRequest
 
-# What /openapi.json describes. Serving goes through `routes` (below), plain Starlette routes to
-# the same handlers: FastAPI's per-request dependency solving cost about 15% of a request, and
-# these handlers take the raw Request anyway.
+# The routes as FastAPI documents them in /openapi.json (and serves GET /v1/models). The POST
+# routes are served by `post`, past FastAPI's middleware and routing (app.py: GatewayApp).
 documented = APIRouter()
 Kind = Literal["chat", "completions", "embeddings"]
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -64,11 +61,18 @@ async def models(request: Request) -> JSONResponse:
     return JSONResponse({"object": "list", "data": data})
 
 
-routes = [
-    Route(r.path, r.endpoint, methods=list(r.methods), name=r.name)
-    for r in documented.routes
-    if isinstance(r, APIRoute)
-]
+# path -> (the path below an endpoint's base URL, the kind of body)
+POSTS: dict[str, tuple[str, Kind]] = {
+    "/v1/chat/completions": ("/chat/completions", "chat"),
+    "/v1/completions": ("/completions", "completions"),
+    "/v1/embeddings": ("/embeddings", "embeddings"),
+}
+
+
+async def post(request: Request) -> Response:
+    """The OpenAI POST routes as app.py serves them, past FastAPI's routing."""
+    path, kind = POSTS[request.scope["path"]]
+    return await handle(request, path, kind)
 
 
 async def handle(request: Request, path: str, kind: Kind) -> Response:
