@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from gateway import openapi, tokens, tracing
 from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
 from gateway.outcome import body_result, stream_result
-from gateway.proxy import UpstreamCall, relay
+from gateway.proxy import StreamRelay, UpstreamCall, client_disconnected
 from gateway.record import note_route
 from gateway.router import ClientGone, Routed
 from gateway.runtime import Runtime
@@ -104,7 +104,9 @@ async def handle(request: Request, path: str, kind: Kind) -> Response:
     try:
         ranking = await runtime.router.decide(route)
         call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream)
-        routed = await runtime.router.open(call, route, ranking, lambda: disconnected(request))
+        routed = await runtime.router.open(
+            call, route, ranking, lambda: client_disconnected(request.receive)
+        )
     except ClientGone:
         runtime.admission.finished(route)
         return Response(status_code=499)
@@ -126,9 +128,7 @@ def respond(runtime: Runtime, routed: Routed, route: RouteRequest) -> Response:
     def on_end(outcome: str) -> None:
         finisher.finish(opened, route, stream_result(opened, watch, outcome, route.prompt_tokens))
 
-    return StreamingResponse(
-        relay(opened, watch, on_end), status_code=opened.status, headers=headers | STREAM_HEADERS
-    )
+    return StreamRelay(opened, watch, on_end, headers | STREAM_HEADERS)
 
 
 def explain(routed: Routed, route: RouteRequest) -> dict[str, str]:
@@ -143,12 +143,6 @@ def explain(routed: Routed, route: RouteRequest) -> dict[str, str]:
         headers["x-slo-gateway-predicted-ttft-ms"] = f"{routed.ranking.predicted_ttft_s * 1e3:.0f}"
         headers["x-slo-gateway-at-risk"] = "true" if routed.ranking.at_risk else "false"
     return headers
-
-
-async def disconnected(request: Request) -> None:
-    """Return when the client disconnects (the body has been read, so nothing else arrives)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 async def read_body(request: Request, max_bytes: int) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,8 @@ import aiohttp
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from gateway import tracing
@@ -223,7 +225,9 @@ def _dumps(body: dict[str, Any]) -> bytes:
     try:
         return json.dumps(body).encode()
     except RecursionError:
-        raise InvalidRequest("The request body nests JSON too deeply.", code="invalid_json") from None
+        raise InvalidRequest(
+            "The request body nests JSON too deeply.", code="invalid_json"
+        ) from None
 
 
 def _redacted(endpoint: EndpointConfig, body: bytes) -> bytes:
@@ -243,29 +247,81 @@ async def _raise_for_status(endpoint: EndpointConfig, response: aiohttp.ClientRe
     raise failure
 
 
-async def relay(
-    opened: Opened, watch: StreamWatch, on_end: Callable[[str], None]
-) -> AsyncIterator[bytes]:
-    """Yield the upstream's SSE bytes as received; end with an error event on failure.
+class StreamRelay(Response):
+    """The ASGI response that relays an upstream's SSE bytes as received, and ends with an SSE
+    error event when the upstream fails or stops early.
 
     `on_end` receives the outcome: ok, upstream_error (mid-stream failure or a stream that
-    stopped without [DONE]) or cancelled (the client went away). `on_end` must not await: on a
-    client disconnect this generator runs inside a cancelled scope, so the caller closes the
-    upstream response (which cancels the request upstream) from a background task.
+    stopped without [DONE]) or cancelled (the client went away, noticed by a watcher task that
+    cancels the relay; the caller then closes the upstream response, which cancels the request
+    upstream). It replaces Starlette's StreamingResponse, whose task group, cancel scopes and
+    async generator per chunk cost more than the relay itself.
     """
-    outcome = "cancelled"
-    try:
-        watch.feed(opened.first)
-        yield opened.first
-        read = opened.rest.readany
-        while chunk := await read():
+
+    def __init__(
+        self,
+        opened: Opened,
+        watch: StreamWatch,
+        on_end: Callable[[str], None],
+        headers: Mapping[str, str],
+    ) -> None:
+        self.status_code = opened.status
+        self.background = None
+        self.opened = opened
+        self.watch = watch
+        self.on_end = on_end
+        self.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        relaying = [True]
+
+        def client_left(watcher: asyncio.Future[None]) -> None:
+            if relaying[0] and not watcher.cancelled():
+                current.cancel()
+
+        watching = asyncio.ensure_future(client_disconnected(receive))
+        watching.add_done_callback(client_left)
+        outcome = "cancelled"
+        try:
+            start = {"type": "http.response.start", "status": self.opened.status}
+            await send(start | {"headers": self.raw_headers})
+            outcome = await self._relay(send)
+        except asyncio.CancelledError:
+            if not watching.done() or watching.cancelled():
+                raise
+            current.uncancel()  # the client left: nothing more to send it
+        finally:
+            relaying[0] = False
+            watching.cancel()
+            self.on_end(outcome)
+
+    async def _relay(self, send: Send) -> str:
+        watch, chunk, read = self.watch, self.opened.first, self.opened.rest.readany
+        while True:
             watch.feed(chunk)
-            yield chunk
-        outcome = "ok" if watch.done or watch.upstream_error else "upstream_error"
-        if outcome != "ok":
-            yield error_event("The upstream ended the stream early.", "upstream_stream_truncated")
-    except UPSTREAM_ERRORS:
-        outcome = "upstream_error"
-        yield error_event("The upstream failed mid-stream.", "upstream_stream_interrupted")
-    finally:
-        on_end(outcome)
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            try:
+                chunk = await read()
+            except UPSTREAM_ERRORS:
+                tail = error_event("The upstream failed mid-stream.", "upstream_stream_interrupted")
+                return await _end(send, "upstream_error", tail)
+            if not chunk:
+                if watch.done or watch.upstream_error:
+                    return await _end(send, "ok", b"")
+                tail = error_event(
+                    "The upstream ended the stream early.", "upstream_stream_truncated"
+                )
+                return await _end(send, "upstream_error", tail)
+
+
+async def _end(send: Send, outcome: str, tail: bytes) -> str:
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
+    return outcome
+
+
+async def client_disconnected(receive: Receive) -> None:
+    """Return when the client disconnects (the body has been read, so nothing else arrives)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
