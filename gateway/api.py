@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
 
 from gateway import openapi, tokens, tracing
 from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
@@ -28,7 +30,7 @@ Kind = Literal["chat", "completions", "embeddings"]
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fields:
     model: str
     stream: bool
@@ -67,12 +69,6 @@ POSTS: dict[str, tuple[str, Kind]] = {
     "/v1/completions": ("/completions", "completions"),
     "/v1/embeddings": ("/embeddings", "embeddings"),
 }
-
-
-async def post(request: Request) -> Response:
-    """The OpenAI POST routes as app.py serves them, past FastAPI's routing."""
-    path, kind = POSTS[request.scope["path"]]
-    return await handle(request, path, kind)
 
 
 async def handle(request: Request, path: str, kind: Kind) -> Response:
@@ -149,11 +145,7 @@ async def read_body(request: Request, max_bytes: int) -> dict[str, Any]:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > max_bytes:
-            raise _too_large(max_bytes)
+    raw = await _read(request.receive, max_bytes)
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # nesting too deep
@@ -165,6 +157,23 @@ async def read_body(request: Request, max_bytes: int) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
     return body
+
+
+async def _read(receive: Receive, max_bytes: int) -> bytes:
+    """The body from the ASGI messages (Request.stream's async generator costs more)."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        part = message.get("body", b"")
+        size += len(part)
+        if size > max_bytes:
+            raise _too_large(max_bytes)
+        parts.append(part)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _too_large(max_bytes: int) -> BodyTooLarge:

@@ -97,7 +97,7 @@ async def _serve_direct(scope: Scope, receive: Receive, send: Send) -> None:
     request = Request(scope, receive)
     response: Response
     try:
-        response = await api.post(request)
+        response = await api.handle(request, *api.POSTS[scope["path"]])
     except GatewayError as exc:
         response = await _gateway_error(request, exc)
     except Exception as exc:

@@ -48,7 +48,7 @@ class MappedAiohttpTransport(AiohttpTransport):
             raise httpx.RemoteProtocolError(str(exc), request=request) from exc
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UpstreamCall:
     request_id: str
     path: str  # below the endpoint's base URL, e.g. "/chat/completions"
@@ -141,7 +141,6 @@ class Upstream:
             cookie_jar=aiohttp.DummyCookieJar(),  # an upstream's cookies are never kept
             auto_decompress=False,
             trust_env=False,
-            skip_auto_headers=("user-agent",),
         )
         self._urls: dict[tuple[str, str], URL] = {}
 

@@ -47,7 +47,7 @@ class ClientGone(Exception):
     """The client disconnected before the first byte; the upstream attempt was cancelled."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Routed:
     opened: Opened
     ranking: Ranking
