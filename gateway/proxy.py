@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from gateway import tracing
+from gateway.departure import Departure
 from gateway.errors import InvalidRequest
 from gateway.settings import EndpointConfig, ServerConfig
 from gateway.signals import classify_error
@@ -251,10 +252,10 @@ class StreamRelay(Response):
     error event when the upstream fails or stops early.
 
     `on_end` receives the outcome: ok, upstream_error (mid-stream failure or a stream that
-    stopped without [DONE]) or cancelled (the client went away, noticed by a watcher task that
-    cancels the relay; the caller then closes the upstream response, which cancels the request
-    upstream). It replaces Starlette's StreamingResponse, whose task group, cancel scopes and
-    async generator per chunk cost more than the relay itself.
+    stopped without [DONE]) or cancelled (the client went away, noticed by gateway/departure.py,
+    which cancels the relay; the caller then closes the upstream response, which cancels the
+    request upstream). It replaces Starlette's StreamingResponse, whose task group, cancel
+    scopes and async generator per chunk cost more than the relay itself.
     """
 
     def __init__(
@@ -272,28 +273,18 @@ class StreamRelay(Response):
         self.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        current = asyncio.current_task()
-        assert current is not None
-        relaying = [True]
-
-        def client_left(watcher: asyncio.Future[None]) -> None:
-            if relaying[0] and not watcher.cancelled():
-                current.cancel()
-
-        watching = asyncio.ensure_future(client_disconnected(receive))
-        watching.add_done_callback(client_left)
         outcome = "cancelled"
+        departure = Departure(lambda: client_disconnected(receive))
         try:
-            start = {"type": "http.response.start", "status": self.opened.status}
-            await send(start | {"headers": self.raw_headers})
-            outcome = await self._relay(send)
+            with departure:
+                start = {"type": "http.response.start", "status": self.opened.status}
+                await send(start | {"headers": self.raw_headers})
+                outcome = await self._relay(send)
         except asyncio.CancelledError:
-            if not watching.done() or watching.cancelled():
+            if not departure.left:
                 raise
-            current.uncancel()  # the client left: nothing more to send it
+            departure.forgive()  # the client left: nothing more to send it
         finally:
-            relaying[0] = False
-            watching.cancel()
             self.on_end(outcome)
 
     async def _relay(self, send: Send) -> str:

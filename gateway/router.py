@@ -22,6 +22,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from gateway import tracing
 from gateway.admission import Admission
+from gateway.departure import Departure
 from gateway.errors import (
     GatewayError,
     NoEndpointAvailable,
@@ -172,30 +173,16 @@ class Router:
         ranking: Ranking,
         disconnected: Callable[[], Awaitable[Any]],
     ) -> Routed:
-        """Open the first endpoint that answers; give up if the client leaves first.
-
-        The attempts run in this task and one watcher cancels it if the client leaves: one task
-        per request instead of two and an `asyncio.wait`."""
-        current = asyncio.current_task()
-        assert current is not None
-        opening = [True]
-
-        def client_left(watcher: asyncio.Future[Any]) -> None:
-            if opening[0] and not watcher.cancelled():
-                current.cancel()
-
-        watching = asyncio.ensure_future(disconnected())
-        watching.add_done_callback(client_left)
+        """Open the first endpoint that answers; give up if the client leaves first."""
+        departure = Departure(disconnected)
         try:
-            return await self._open(call, request, ranking)
+            with departure:
+                return await self._open(call, request, ranking)
         except asyncio.CancelledError:
-            if not watching.done() or watching.cancelled():
+            if not departure.left:
                 raise  # cancelled from outside (shutdown), not by the client leaving
-            current.uncancel()
+            departure.forgive()
             raise ClientGone() from None
-        finally:
-            opening[0] = False
-            watching.cancel()
 
     async def _open(self, call: UpstreamCall, request: RouteRequest, ranking: Ranking) -> Routed:
         """The first attempt runs directly (the common case, and cheaper); tenacity takes over
