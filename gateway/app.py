@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +23,8 @@ from gateway.runtime import Runtime
 from gateway.settings import GatewayConfig, Settings
 from gateway.stats.base import StatsStore
 from gateway.telemetry import log
+
+GC_YOUNG_OBJECTS = 20_000  # CPython's default is 700
 
 
 def create_app(
@@ -44,6 +47,7 @@ def create_app(
         app.state.history = dashboard.watch(runtime, settings.dashboard_sample_s)
         if config_path is not None:
             _watch(runtime, config_path)
+        _settle_heap()
         try:
             yield
         finally:
@@ -103,6 +107,19 @@ async def _serve_direct(scope: Scope, receive: Receive, send: Send) -> None:
     except Exception as exc:
         response = await _unexpected(request, exc)
     await response(scope, receive, send)
+
+
+def _settle_heap() -> None:
+    """Keep the cyclic garbage collector off the request path. Measured under 64 requests in
+    flight, it took 17% of the gateway's CPU: every 700 net container allocations (a few
+    requests' worth) it scanned the young objects, nearly all of them live requests that
+    survive, and every full collection scanned the whole startup heap (settings, Pydantic
+    models, Prometheus, the routes). Freezing what startup built takes that heap out of every
+    collection, and a young generation larger than what the requests in flight hold keeps
+    collections for real garbage (cycles are rare; reference counting frees the rest)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_OBJECTS, 20, 20)
 
 
 def _watch(runtime: Runtime, path: Path) -> None:
