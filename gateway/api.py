@@ -9,46 +9,50 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
 
 from gateway import openapi, tokens, tracing
 from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
 from gateway.outcome import body_result, stream_result
-from gateway.proxy import UpstreamCall, relay
+from gateway.proxy import StreamRelay, UpstreamCall, client_disconnected
 from gateway.record import note_route
 from gateway.router import ClientGone, Routed
 from gateway.runtime import Runtime
 from gateway.sse import StreamWatch
 from policies.base import RouteRequest
 
-routes = APIRouter()
+# The routes as FastAPI documents them in /openapi.json (and serves GET /v1/models). The POST
+# routes are served by `post`, past FastAPI's middleware and routing (app.py: GatewayApp).
+documented = APIRouter()
 Kind = Literal["chat", "completions", "embeddings"]
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fields:
     model: str
     stream: bool
     max_tokens: int | None
 
 
-@routes.post("/v1/chat/completions", openapi_extra=openapi.completion_route(openapi.CHAT_BODY))
+@documented.post("/v1/chat/completions", openapi_extra=openapi.completion_route(openapi.CHAT_BODY))
 async def chat_completions(request: Request) -> Response:
     return await handle(request, "/chat/completions", "chat")
 
 
-@routes.post("/v1/completions", openapi_extra=openapi.completion_route(openapi.COMPLETION_BODY))
+@documented.post("/v1/completions", openapi_extra=openapi.completion_route(openapi.COMPLETION_BODY))
 async def completions(request: Request) -> Response:
     return await handle(request, "/completions", "completions")
 
 
-@routes.post("/v1/embeddings", openapi_extra=openapi.completion_route(openapi.EMBEDDINGS_BODY))
+@documented.post("/v1/embeddings", openapi_extra=openapi.completion_route(openapi.EMBEDDINGS_BODY))
 async def embeddings(request: Request) -> Response:
     return await handle(request, "/embeddings", "embeddings")
 
 
-@routes.get("/v1/models", openapi_extra=openapi.models_route())
+@documented.get("/v1/models", openapi_extra=openapi.models_route())
 async def models(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     runtime.keyring.caller(request.headers.get("authorization"))
@@ -57,6 +61,14 @@ async def models(request: Request) -> JSONResponse:
         for m in runtime.registry.models()
     ]
     return JSONResponse({"object": "list", "data": data})
+
+
+# path -> (the path below an endpoint's base URL, the kind of body)
+POSTS: dict[str, tuple[str, Kind]] = {
+    "/v1/chat/completions": ("/chat/completions", "chat"),
+    "/v1/completions": ("/completions", "completions"),
+    "/v1/embeddings": ("/embeddings", "embeddings"),
+}
 
 
 async def handle(request: Request, path: str, kind: Kind) -> Response:
@@ -88,7 +100,9 @@ async def handle(request: Request, path: str, kind: Kind) -> Response:
     try:
         ranking = await runtime.router.decide(route)
         call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream)
-        routed = await runtime.router.open(call, route, ranking, lambda: disconnected(request))
+        routed = await runtime.router.open(
+            call, route, ranking, lambda: client_disconnected(request.receive)
+        )
     except ClientGone:
         runtime.admission.finished(route)
         return Response(status_code=499)
@@ -110,9 +124,7 @@ def respond(runtime: Runtime, routed: Routed, route: RouteRequest) -> Response:
     def on_end(outcome: str) -> None:
         finisher.finish(opened, route, stream_result(opened, watch, outcome, route.prompt_tokens))
 
-    return StreamingResponse(
-        relay(opened, watch, on_end), status_code=opened.status, headers=headers | STREAM_HEADERS
-    )
+    return StreamRelay(opened, watch, on_end, headers | STREAM_HEADERS)
 
 
 def explain(routed: Routed, route: RouteRequest) -> dict[str, str]:
@@ -129,21 +141,11 @@ def explain(routed: Routed, route: RouteRequest) -> dict[str, str]:
     return headers
 
 
-async def disconnected(request: Request) -> None:
-    """Return when the client disconnects (the body has been read, so nothing else arrives)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
 async def read_body(request: Request, max_bytes: int) -> dict[str, Any]:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > max_bytes:
-            raise _too_large(max_bytes)
+    raw = await _read(request.receive, max_bytes)
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # nesting too deep
@@ -155,6 +157,23 @@ async def read_body(request: Request, max_bytes: int) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
     return body
+
+
+async def _read(receive: Receive, max_bytes: int) -> bytes:
+    """The body from the ASGI messages (Request.stream's async generator costs more)."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        part = message.get("body", b"")
+        size += len(part)
+        if size > max_bytes:
+            raise _too_large(max_bytes)
+        parts.append(part)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _too_large(max_bytes: int) -> BodyTooLarge:

@@ -1,6 +1,6 @@
 """Structured request logs: one JSON line per API request, written when the request ends.
 
-The line is built from the request's record (gateway/record.py) with one `json.dumps`, and goes
+The line is built from the request's record (gateway/record.py) with one `orjson.dumps`, and goes
 to the `slo_gateway.requests` logger, which writes bare lines to stdout. Nothing is logged per
 chunk. Every line has the same keys (null when unknown):
 
@@ -29,6 +29,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from gateway.outcome import slo_met
 from gateway.record import RequestRecord
 
@@ -48,7 +50,7 @@ ADMISSION_CODES = frozenset(
     }
 )
 _PROMPT_FIELDS = ("messages", "prompt", "input")
-_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)  # built once: cheaper per line
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 _stdout = logging.StreamHandler(sys.stdout)
@@ -64,14 +66,23 @@ def configure() -> None:
 
 
 def emit(record: RequestRecord, *, prompts: bool = False) -> None:
-    request_log.info(line(record, prompts=prompts))
+    """Straight to the logger's handlers: `Logger.info` would also walk the stack to find its
+    caller, which no line uses (a third of the cost of logging a request)."""
+    if request_log.isEnabledFor(logging.INFO):
+        text = line(record, prompts=prompts)
+        request_log.handle(
+            logging.LogRecord(request_log.name, logging.INFO, "", 0, text, None, None)
+        )
 
 
 def line(record: RequestRecord, *, prompts: bool = False) -> str:
     fields = _request_fields(record) | _result_fields(record)
     if prompts and record.body is not None:
         fields["prompt"] = next((record.body[k] for k in _PROMPT_FIELDS if k in record.body), None)
-    return _ENCODER.encode(fields)
+    try:
+        return orjson.dumps(fields, default=str).decode()
+    except TypeError:  # an integer beyond 64 bits in a logged prompt
+        return _ENCODER.encode(fields)
 
 
 def _request_fields(record: RequestRecord) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from gateway import tracing
 from gateway.admission import Admission
 from gateway.candidates import candidate_snapshots, next_available_in_s, only_candidates
+from gateway.departure import Departure
 from gateway.errors import (
     GatewayError,
     NoEndpointAvailable,
@@ -48,7 +49,7 @@ class ClientGone(Exception):
     """The client disconnected before the first byte; the upstream attempt was cancelled."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Routed:
     opened: Opened
     ranking: Ranking
@@ -146,20 +147,38 @@ class Router:
         disconnected: Callable[[], Awaitable[Any]],
     ) -> Routed:
         """Open the first endpoint that answers; give up if the client leaves first."""
-        opening = asyncio.ensure_future(self._open(call, request, ranking))
-        watching = asyncio.ensure_future(disconnected())
+        departure = Departure(disconnected)
         try:
-            await asyncio.wait({opening, watching}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watching.cancel()
-            if not opening.done():
-                opening.cancel()
-        if opening.cancelled():
-            raise ClientGone()
-        return opening.result()
+            with departure:
+                return await self._open(call, request, ranking)
+        except asyncio.CancelledError:
+            if not departure.left:
+                raise  # cancelled from outside (shutdown), not by the client leaving
+            departure.forgive()
+            raise ClientGone() from None
 
     async def _open(self, call: UpstreamCall, request: RouteRequest, ranking: Ranking) -> Routed:
+        """The first attempt runs directly (the common case, and cheaper); tenacity takes over
+        only when it failed and the failure allows another."""
         order = [self.registry.endpoints[s.endpoint_id] for s in ranking.endpoints]
+        try:
+            return Routed(await self._attempt(order[0], call, request), ranking, 1)
+        except AttemptFailed as failure:
+            if self._gives_up(order, 1, failure):
+                raise _final_error(failure) from None
+            wait_s = self._backoff_s(order, failure)
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+        return await self._retry(order, call, request, ranking)
+
+    async def _retry(
+        self,
+        order: Sequence[EndpointConfig],
+        call: UpstreamCall,
+        request: RouteRequest,
+        ranking: Ranking,
+    ) -> Routed:
+        """Attempts from the second on; tenacity's attempt n is the request's attempt n + 1."""
         retrying = AsyncRetrying(
             stop=self._stop(order),
             wait=self._wait(order),
@@ -169,7 +188,7 @@ class Router:
         try:
             async for attempt in retrying:
                 with attempt:
-                    number = attempt.retry_state.attempt_number
+                    number = attempt.retry_state.attempt_number + 1
                     endpoint = order[(number - 1) % len(order)]
                     opened = await self._attempt(endpoint, call, request)
                     return Routed(opened, ranking, number)
@@ -179,31 +198,38 @@ class Router:
 
     def _stop(self, order: Sequence[EndpointConfig]) -> Callable[[RetryCallState], bool]:
         def stop(state: RetryCallState) -> bool:
-            if state.attempt_number >= self.server.max_attempts:
-                return True
             failure = state.outcome.exception() if state.outcome else None
-            if not isinstance(failure, AttemptFailed):
-                return False
-            if order[state.attempt_number % len(order)].id != failure.endpoint_id:
-                return False  # the next attempt goes to another endpoint
-            # The same endpoint again: useless when it is out of quota, or when it asked for a
-            # longer wait than we may spend (the client then gets its Retry-After instead).
-            too_long = (failure.retry_after_s or 0.0) > self.server.max_retry_after_s
-            return failure.quota_exhausted or too_long
+            return self._gives_up(order, state.attempt_number + 1, failure)
 
         return stop
 
     def _wait(self, order: Sequence[EndpointConfig]) -> Callable[[RetryCallState], float]:
-        limit_s = self.server.max_retry_after_s
-
         def wait(state: RetryCallState) -> float:
-            if len(order) > 1:
-                return 0.0  # fail over at once; the next endpoint is a different one
             failure = state.outcome.exception() if state.outcome else None
-            hinted = failure.retry_after_s if isinstance(failure, AttemptFailed) else None
-            return min(limit_s, hinted if hinted is not None else RETRY_BACKOFF_S)
+            return self._backoff_s(order, failure)
 
         return wait
+
+    def _gives_up(
+        self, order: Sequence[EndpointConfig], made: int, failure: BaseException | None
+    ) -> bool:
+        """Whether to stop after `made` attempts, the last of which raised `failure`."""
+        if made >= self.server.max_attempts:
+            return True
+        if not isinstance(failure, AttemptFailed):
+            return False
+        if order[made % len(order)].id != failure.endpoint_id:
+            return False  # the next attempt goes to another endpoint
+        # The same endpoint again: useless when it is out of quota, or when it asked for a
+        # longer wait than we may spend (the client then gets its Retry-After instead).
+        too_long = (failure.retry_after_s or 0.0) > self.server.max_retry_after_s
+        return failure.quota_exhausted or too_long
+
+    def _backoff_s(self, order: Sequence[EndpointConfig], failure: BaseException | None) -> float:
+        if len(order) > 1:
+            return 0.0  # fail over at once; the next endpoint is a different one
+        hinted = failure.retry_after_s if isinstance(failure, AttemptFailed) else None
+        return min(self.server.max_retry_after_s, hinted if hinted is not None else RETRY_BACKOFF_S)
 
     async def _attempt(
         self, endpoint: EndpointConfig, call: UpstreamCall, request: RouteRequest

@@ -2,7 +2,8 @@
 content events, pick up `usage`, and notice whether the stream ended properly.
 
 Only events up to the first content token are JSON-parsed, plus events that mention "usage";
-every other event costs a substring search. The bytes go to the client exactly as received.
+every other event costs a regex search, and a chunk of routine events a few substring counts.
+The bytes go to the client exactly as received.
 """
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ class StreamWatch:
     _pending: bytes = field(default=b"", repr=False)
 
     def feed(self, chunk: bytes) -> None:
-        data = self._pending + chunk
-        events = data.split(b"\n\n")
-        self._pending = events.pop()
+        if self.first_token_s is not None and not self._pending:
+            events = routine_events(chunk)
+            if events:
+                self._count(time.perf_counter(), events)
+                return
+        parts = (self._pending + chunk).split(b"\n\n")
+        self._pending = parts.pop()
         now = time.perf_counter()
-        for event in events:
+        for event in parts:
             self._event(event.strip(), now)
 
     def _event(self, event: bytes, now: float) -> None:
@@ -62,11 +67,11 @@ class StreamWatch:
         if _has_content(body):
             self._count(now)
 
-    def _count(self, now: float) -> None:
+    def _count(self, now: float, events: int = 1) -> None:
         if self.first_token_s is None:
             self.first_token_s = now
         self.last_token_s = now
-        self.content_events += 1
+        self.content_events += events
 
     @property
     def ttft_s(self) -> float | None:
@@ -84,6 +89,26 @@ class StreamWatch:
         if self.first_token_s is None or self.last_token_s is None or tokens < 2:
             return None
         return (self.last_token_s - self.first_token_s) / (tokens - 1)
+
+
+def routine_events(chunk: bytes) -> int:
+    """The content events in a chunk of the common shape, else 0: whole one-line events, each
+    with exactly one non-empty content, text or tool-call field, none of them [DONE] or one
+    that mentions usage or an error. Substring counts, no regex and no split: most chunks of a
+    stream take this path once its first token is seen."""
+    events = chunk.count(b"\n\n")
+    if not events or not chunk.endswith(b"\n\n") or chunk.count(b"\n") != 2 * events:
+        return 0
+    if b'"usage"' in chunk or b'"error"' in chunk or b"[DONE]" in chunk:
+        return 0
+    hits = (
+        chunk.count(b'"content":"')
+        - chunk.count(b'"content":""')
+        + chunk.count(b'"text":"')
+        - chunk.count(b'"text":""')
+        + chunk.count(b'"tool_calls":[')
+    )
+    return events if hits == events else 0
 
 
 def _has_content(body: dict[str, Any]) -> bool:

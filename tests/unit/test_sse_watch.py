@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.sse import StreamWatch
+from gateway.sse import StreamWatch, routine_events
 
 
 def event(payload: object) -> bytes:
@@ -54,3 +54,34 @@ def test_completions_text_counts_and_error_event_is_noticed() -> None:
     watch.feed(event({"error": {"message": "boom"}}))
     assert watch.content_events == 1
     assert watch.upstream_error
+
+
+def test_one_event_per_read_counts_content_and_still_sees_usage_errors_and_done() -> None:
+    reads = [chunk("", role="assistant"), chunk("a"), chunk(""), chunk("b"), chunk("c")]
+    reads += [event({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 9}})]
+    reads += [event({"error": {"message": "late"}}), b"data: [DONE]\n\n"]
+    watch = StreamWatch(started_s=0.0)
+    for read in reads:
+        watch.feed(read)
+    assert watch.content_events == 3
+    assert watch.output_tokens == 9
+    assert watch.upstream_error and watch.done
+
+
+def compact(content: str) -> bytes:
+    body = {"choices": [{"index": 0, "delta": {"content": content}}]}
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+def test_reads_of_severalroutine_events_count_each_content_event_once() -> None:
+    watch = StreamWatch(started_s=0.0)
+    watch.feed(compact("") + compact("a"))
+    routine = b"".join(compact(t) for t in ["b", "c", "d"])
+    assert routine_events(routine) == 3
+    watch.feed(routine)
+    watch.feed(compact("e") + compact(""))  # one empty event: not routine, counted one by one
+    assert routine_events(compact("e") + compact("")) == 0
+    tool = {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0}]}}]}
+    watch.feed(compact("f") + event(tool))
+    watch.feed(compact("g") + chunk("h"))  # spaced JSON: not routine, still counted
+    assert watch.content_events == 9
