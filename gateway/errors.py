@@ -10,7 +10,11 @@
     ├── NoEndpointAvailable (503)     every candidate is unhealthy, cooling down or failed
     └── UpstreamError (502 / 504)     the last endpoint tried failed before the first byte
 
-Foreign errors (httpx, pydantic, redis) are mapped to these at the boundary that sees them.
+    AttemptFailed (internal)          one endpoint failed before its first byte; the router
+                                      fails over (gateway/failover.py) and it never reaches
+                                      the client as such
+
+Foreign errors (httpx, aiohttp, pydantic, redis) are mapped to these at the boundary that sees them.
 Messages never contain provider API keys or upstream URLs with credentials.
 """
 
@@ -99,3 +103,17 @@ class UpstreamError(GatewayError):
 
 class UpstreamTimeout(UpstreamError):
     status = 504
+
+
+class AttemptFailed(Exception):
+    """One endpoint failed before the first byte; the next one in the ranking may be tried."""
+
+    def __init__(
+        self, endpoint_id: str, reason: str, *, status: int = 0, retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(f"{endpoint_id}: {reason}")
+        self.endpoint_id = endpoint_id
+        self.reason = reason
+        self.status = status  # 0: no answer (refused, reset, or the first-byte timeout)
+        self.retry_after_s = retry_after_s
+        self.quota_exhausted = False

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.background import Background, Spawn
+from gateway.errors import AttemptFailed
 from gateway.health import Breakers, HealthChecker
 from gateway.leases import LeaseBook
-from gateway.proxy import AttemptFailed, Opened
+from gateway.proxy import Opened
 from gateway.record import note_result
 from gateway.registry import Registry
 from gateway.signals import parse_rate_limits
@@ -25,19 +26,6 @@ from gateway.state import SharedView
 from gateway.stats.base import LatencySample, StatsStore
 from gateway.telemetry import Metrics
 from policies.base import RouteRequest, SloTarget
-
-
-class Failure(Protocol):
-    """An attempt that failed before the first byte (`gateway.proxy.AttemptFailed` live)."""
-
-    @property
-    def status(self) -> int: ...  # 0: no answer within the first-byte timeout
-
-    @property
-    def retry_after_s(self) -> float | None: ...  # how long the endpoint asked to be left alone
-
-    @property
-    def quota_exhausted(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +89,7 @@ class Outcomes:
         self.on_finished: Callable[[RouteRequest, float], None] = lambda request, now: None
 
     def failed_attempt(
-        self, endpoint_id: str, request: RouteRequest, failure: Failure, now: float
+        self, endpoint_id: str, request: RouteRequest, failure: AttemptFailed, now: float
     ) -> None:
         """An attempt that got no usable answer before the first byte."""
         self.leases.drop(endpoint_id, request.request_id)

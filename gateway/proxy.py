@@ -25,9 +25,9 @@ from yarl import URL
 
 from gateway import tracing
 from gateway.departure import Departure
-from gateway.errors import InvalidRequest
+from gateway.errors import AttemptFailed, InvalidRequest
+from gateway.failover import FIRST_BYTE_TIMEOUT, answered_with_error
 from gateway.settings import EndpointConfig, ServerConfig
-from gateway.signals import classify_error
 from gateway.sse import StreamWatch, error_event
 
 CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
@@ -56,20 +56,6 @@ class UpstreamCall:
     body: dict[str, Any]
     model: str  # the public model name
     stream: bool
-
-
-class AttemptFailed(Exception):
-    """One endpoint failed before the first byte; the next one in the ranking may be tried."""
-
-    def __init__(
-        self, endpoint_id: str, reason: str, *, status: int = 0, retry_after_s: float | None = None
-    ) -> None:
-        super().__init__(f"{endpoint_id}: {reason}")
-        self.endpoint_id = endpoint_id
-        self.reason = reason
-        self.status = status
-        self.retry_after_s = retry_after_s
-        self.quota_exhausted = False
 
 
 class UpstreamResponse:
@@ -168,7 +154,7 @@ class Upstream:
         except aiohttp.ClientError as exc:  # its connect and read timeouts included
             raise AttemptFailed(endpoint.id, type(exc).__name__) from None
         except TimeoutError:
-            raise AttemptFailed(endpoint.id, "first_byte_timeout") from None
+            raise AttemptFailed(endpoint.id, FIRST_BYTE_TIMEOUT) from None
         except OSError as exc:
             raise AttemptFailed(endpoint.id, type(exc).__name__) from None
         return Opened(endpoint, UpstreamResponse(response), first, response.content, started)
@@ -238,13 +224,7 @@ def _redacted(endpoint: EndpointConfig, body: bytes) -> bytes:
 
 async def _raise_for_status(endpoint: EndpointConfig, response: aiohttp.ClientResponse) -> None:
     body = await response.read()
-    status = response.status
-    verdict = classify_error(status, response.headers, body, now=time.time())
-    failure = AttemptFailed(
-        endpoint.id, f"status_{status}", status=status, retry_after_s=verdict.cooldown_s
-    )
-    failure.quota_exhausted = verdict.unavailable
-    raise failure
+    raise answered_with_error(endpoint.id, response.status, response.headers, body, time.time())
 
 
 class StreamRelay(Response):

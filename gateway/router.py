@@ -25,14 +25,12 @@ from gateway.admission import Admission
 from gateway.candidates import candidate_snapshots, next_available_in_s, only_candidates
 from gateway.departure import Departure
 from gateway.errors import (
-    GatewayError,
+    AttemptFailed,
     NoEndpointAvailable,
-    Rejected,
-    UpstreamError,
-    UpstreamTimeout,
 )
+from gateway.failover import backoff_s, final_error, gives_up
 from gateway.outcome import Finisher
-from gateway.proxy import AttemptFailed, Opened, Upstream, UpstreamCall
+from gateway.proxy import Opened, Upstream, UpstreamCall
 from gateway.record import note_attempt, note_ranking
 from gateway.registry import Registry
 from gateway.scraper import Scraper
@@ -41,7 +39,6 @@ from gateway.state import SharedView
 from gateway.telemetry import Metrics
 from policies.base import EndpointSnapshot, Ranking, RouteRequest, RoutingPolicy
 
-RETRY_BACKOFF_S = 0.1  # wait before retrying the same endpoint when it gave no Retry-After
 DECISION_LOG_SIZE = 1000
 
 
@@ -165,7 +162,7 @@ class Router:
             return Routed(await self._attempt(order[0], call, request), ranking, 1)
         except AttemptFailed as failure:
             if self._gives_up(order, 1, failure):
-                raise _final_error(failure) from None
+                raise final_error(failure) from None
             wait_s = self._backoff_s(order, failure)
         if wait_s > 0:
             await asyncio.sleep(wait_s)
@@ -193,7 +190,7 @@ class Router:
                     opened = await self._attempt(endpoint, call, request)
                     return Routed(opened, ranking, number)
         except AttemptFailed as last:
-            raise _final_error(last) from None
+            raise final_error(last) from None
         raise AssertionError("unreachable: tenacity either returns or re-raises")
 
     def _stop(self, order: Sequence[EndpointConfig]) -> Callable[[RetryCallState], bool]:
@@ -213,23 +210,10 @@ class Router:
     def _gives_up(
         self, order: Sequence[EndpointConfig], made: int, failure: BaseException | None
     ) -> bool:
-        """Whether to stop after `made` attempts, the last of which raised `failure`."""
-        if made >= self.server.max_attempts:
-            return True
-        if not isinstance(failure, AttemptFailed):
-            return False
-        if order[made % len(order)].id != failure.endpoint_id:
-            return False  # the next attempt goes to another endpoint
-        # The same endpoint again: useless when it is out of quota, or when it asked for a
-        # longer wait than we may spend (the client then gets its Retry-After instead).
-        too_long = (failure.retry_after_s or 0.0) > self.server.max_retry_after_s
-        return failure.quota_exhausted or too_long
+        return gives_up(made, failure, order[made % len(order)].id, self.server)
 
     def _backoff_s(self, order: Sequence[EndpointConfig], failure: BaseException | None) -> float:
-        if len(order) > 1:
-            return 0.0  # fail over at once; the next endpoint is a different one
-        hinted = failure.retry_after_s if isinstance(failure, AttemptFailed) else None
-        return min(self.server.max_retry_after_s, hinted if hinted is not None else RETRY_BACKOFF_S)
+        return backoff_s(len(order), failure, self.server)
 
     async def _attempt(
         self, endpoint: EndpointConfig, call: UpstreamCall, request: RouteRequest
@@ -245,20 +229,3 @@ class Router:
         except BaseException:
             self.finisher.abandoned(endpoint.id, call.request_id)
             raise
-
-
-def _final_error(last: AttemptFailed) -> GatewayError:
-    if last.status == 429 and not last.quota_exhausted:
-        return Rejected(
-            "Every endpoint for this model is rate limited; retry later.",
-            status=429,
-            reason="upstream_rate_limited",
-            retry_after_s=last.retry_after_s or 1.0,
-        )
-    if last.reason == "first_byte_timeout":
-        return UpstreamTimeout(
-            "No endpoint answered within the first-byte timeout.", code="upstream_timeout"
-        )
-    return UpstreamError(
-        "Every endpoint tried for this request failed before responding.", code="upstream_failed"
-    )

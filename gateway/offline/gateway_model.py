@@ -16,11 +16,10 @@ Nothing here decides: every step calls the code the live gateway runs, built fro
     health probes   `Breakers.probe_due` and `.record` (gateway/health.py), as `HealthChecker`
 The store is the real `MemoryStatsStore`, whose coroutines finish without suspending, so
 `run_to_completion` runs each at once, and store writes the live gateway hands to background
-tasks run inline: no event loop in virtual time. What stays here is that wiring, the shared
-lease taken inline (`InlineLeases`), and `Failure` with `classify`: the three fields of
-`gateway.proxy.AttemptFailed` an attempt's end needs, filled from `classify_error`'s verdict as
-`gateway.proxy._raise_for_status` fills them (that function reads an HTTP response and raises).
-Failover along the ranking is the simulator's event loop (gateway/offline/simulator.py).
+tasks run inline: no event loop in virtual time. What stays here is that wiring and the shared
+lease taken inline (`InlineLeases`). An error answer becomes the `AttemptFailed` the proxy
+raises (`gateway.failover.answered_with_error`), and the simulator's event loop fails over along
+the ranking by the router's own rules (`gateway.failover`: gives_up, backoff_s, final_error).
 """
 
 from __future__ import annotations
@@ -32,6 +31,8 @@ from typing import Any, TypeVar
 
 from gateway.admission import AdmissionControl
 from gateway.candidates import candidate_snapshots, only_candidates
+from gateway.errors import AttemptFailed
+from gateway.failover import answered_with_error
 from gateway.health import Breakers
 from gateway.leases import LocalLeases
 from gateway.offline.members import Refusal
@@ -40,7 +41,6 @@ from gateway.outcome import Finished, Outcomes
 from gateway.registry import Registry
 from gateway.scraper import LatestScrapes
 from gateway.settings import GatewayConfig, parse_config
-from gateway.signals import classify_error
 from gateway.sim.fleet import gateway_endpoints
 from gateway.state import SharedView
 from gateway.stats.breaker import BreakerPolicy
@@ -68,18 +68,6 @@ def offline_config(scenario: Scenario, policy: Mapping[str, Any]) -> GatewayConf
     fleet = scenario.fleet(list(range(1, 1 + len(scenario.engines) + len(scenario.providers))))
     endpoints = gateway_endpoints(fleet, host="offline.invalid")
     return parse_config(scenario.gateway_config(endpoints, policy), f"scenario {scenario.name}")
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """An attempt that failed before the first byte, as `gateway.proxy.AttemptFailed` says."""
-
-    status: int  # 0: no answer within the first-byte timeout
-    retry_after_s: float | None = None  # how long the endpoint is cooled down
-    quota_exhausted: bool = False
-
-
-TIMED_OUT = Failure(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,13 +173,13 @@ class GatewayModel:
         """`Finisher.start`, with the footprint `Router._attempt` passes."""
         self.leases.take(endpoint_id, route.request_id, self.admission.footprint(route))
 
-    def classify(self, refusal: Refusal, now_s: float) -> Failure:
-        """`gateway.proxy._raise_for_status`: the gateway's reading of an error answer."""
-        verdict = classify_error(refusal.status, refusal.headers, refusal.body, now=now_s)
-        return Failure(refusal.status, verdict.cooldown_s, verdict.unavailable)
+    def classify(self, endpoint_id: str, refusal: Refusal, now_s: float) -> AttemptFailed:
+        """The failure an error answer counts as, read as `gateway.proxy` reads it."""
+        status, headers, body = refusal.status, refusal.headers, refusal.body
+        return answered_with_error(endpoint_id, status, headers, body, now_s)
 
     def failed_attempt(
-        self, endpoint_id: str, route: RouteRequest, failure: Failure, now_s: float
+        self, endpoint_id: str, route: RouteRequest, failure: AttemptFailed, now_s: float
     ) -> None:
         self.outcomes.failed_attempt(endpoint_id, route, failure, now_s)
 

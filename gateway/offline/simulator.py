@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.admission import DISPATCH_TICK_S
-from gateway.offline.gateway_model import TIMED_OUT, Failure, GatewayModel, Queued, offline_config
+from gateway.errors import AttemptFailed, GatewayError, Rejected
+from gateway.failover import FIRST_BYTE_TIMEOUT, backoff_s, final_error, gives_up
+from gateway.offline.gateway_model import GatewayModel, Queued, offline_config
 from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider, scraped_state
 from gateway.offline.records import RequestRecord, unserved
 from gateway.offline.scenario import FaultEvent, Scenario
@@ -40,7 +42,6 @@ from policies.admission import Admit, Queue, Reject
 from policies.base import EndpointSnapshot, RouteRequest
 
 STEP, PROVIDER_END, RETRY, TIMEOUT, FAULT, REFRESH, SCRAPE, PROBE, DISPATCH = range(9)
-RETRY_BACKOFF_S = 0.1  # gateway/router.py's wait when a lone endpoint gave no Retry-After
 
 
 @dataclass(slots=True)
@@ -136,7 +137,7 @@ class Simulator:
         if kind == RETRY:
             self._attempt(payload, now_s)
         elif kind == TIMEOUT:
-            self._failed(payload, TIMED_OUT, now_s)
+            self._failed(payload, AttemptFailed(payload.endpoint_id, FIRST_BYTE_TIMEOUT), now_s)
         elif kind == FAULT:
             self._fault(payload, now_s)
         elif kind == DISPATCH:
@@ -266,32 +267,30 @@ class Simulator:
                 attempts=flight.attempt,
             )
         else:
-            self._failed(flight, self.gateway.classify(refusal, now_s), now_s)
+            self._failed(flight, self.gateway.classify(flight.endpoint_id, refusal, now_s), now_s)
 
-    def _failed(self, flight: _Flight, failure: Failure, now_s: float) -> None:
+    def _failed(self, flight: _Flight, failure: AttemptFailed, now_s: float) -> None:
+        """Fail over along the ranking by the router's rules (gateway/failover.py)."""
         self.gateway.failed_attempt(flight.endpoint_id, flight.route, failure, now_s)
-        if flight.attempt >= self.gateway.server.max_attempts or failure.quota_exhausted:
-            self._give_up(flight, failure, now_s)
-            return
-        wait_s = 0.0
-        if len(flight.order) == 1:
-            hinted = failure.retry_after_s if failure.retry_after_s is not None else RETRY_BACKOFF_S
-            wait_s = min(self.gateway.server.max_retry_after_s, hinted)
-        if wait_s > 0:
+        server, order = self.gateway.server, flight.order
+        if gives_up(flight.attempt, failure, order[flight.attempt % len(order)], server):
+            self._give_up(flight, final_error(failure), now_s)
+        elif (wait_s := backoff_s(len(order), failure, server)) > 0:
             self._push(now_s + wait_s, RETRY, flight)
         else:
             self._attempt(flight, now_s)
 
-    def _give_up(self, flight: _Flight, last: Failure, now_s: float) -> None:
-        """The client's answer when every attempt failed (router._final_error)."""
-        if last.status == 429 and not last.quota_exhausted:
-            status, reason, shed = 429, "upstream_rate_limited", True
-        elif last.status == 0:
-            status, reason, shed = 504, "upstream_timeout", False
-        else:
-            status, reason, shed = 502, "upstream_failed", False
+    def _give_up(self, flight: _Flight, error: GatewayError, now_s: float) -> None:
+        shed = isinstance(error, Rejected)  # every endpoint rate limited: a 429 to retry later
+        reason = error.code or "upstream_failed"
         self._end(
-            flight.index, status, reason, now_s, flight.route, shed=shed, attempts=flight.attempt
+            flight.index,
+            error.status,
+            reason,
+            now_s,
+            flight.route,
+            shed=shed,
+            attempts=flight.attempt,
         )
 
     # -- serving -----------------------------------------------------------------------------
