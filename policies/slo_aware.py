@@ -40,7 +40,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.base import EndpointSnapshot, Ranking, RouteRequest, SloTarget
-from policies.estimate import EstimateParams, Estimator, Prediction
+from policies.estimate import EstimateParams, Estimator, Prediction, PredictionRow
 
 
 class Params(BaseModel):
@@ -75,17 +75,18 @@ class SloAware:
     ) -> Ranking:
         if not candidates:
             return Ranking(endpoints=())
-        predictions = self.estimator.predict_all(request, candidates)
-        keys = _sort_keys(request, candidates, predictions, rng)
-        keys.sort()
-        order = [key[-1] for key in keys]
-        reason = "slo_met" if keys[0][0] == MEETS else "slo_at_risk"
-        if self._explores(predictions, order, rng):
-            cold = [i for i in order if predictions[i].cold]
+        rows = self.estimator.predict_rows(request, candidates)
+        tiers = _tiers(request, candidates, rows, rng)
+        for keys in tiers:
+            keys.sort()
+        order = [key[-1] for keys in tiers for key in keys]
+        reason = "slo_met" if tiers[0] else "slo_at_risk"
+        if self._explores(rows, order, rng):
+            cold = [i for i in order if rows[i][COLD]]
             pick = cold[rng.randrange(len(cold))]
             order = [pick, *(i for i in order if i != pick)]
             reason = "explore"
-        first = predictions[order[0]]
+        first = Prediction(*rows[order[0]])
         return Ranking(
             endpoints=tuple([candidates[i] for i in order]),
             predicted_ttft_s=first.ttft_mean_s,
@@ -95,57 +96,63 @@ class SloAware:
         )
 
     def _explores(
-        self, predictions: Sequence[Prediction], order: Sequence[int], rng: random.Random
+        self, rows: Sequence[PredictionRow], order: Sequence[int], rng: random.Random
     ) -> bool:
         if rng.random() >= self.params.explore_fraction:
             return False
-        return any(predictions[i].cold for i in order[1:])
+        return any(rows[i][COLD] for i in order[1:])
 
 
-MEETS, UNPROVEN, MISSES = 0.0, 1.0, 2.0
+COLD = Prediction._fields.index("cold")
+
+# Sort keys per tier, each ending in a random tie and the candidate's index (unique, so ties
+# never compare further). Meets: cost, hosted, p95/target, ttft p95; unproven: utilisation,
+# cost; misses: p95/target, ttft p95.
+MeetsKey = tuple[float, float, float, float, float, int]
+OtherKey = tuple[float, float, float, int]
 
 
-# (tier, then per tier: cost, hosted, -headroom, ttft p95 | utilisation, cost, 0, 0 |
-#  -headroom, ttft p95, 0, 0; random tie, candidate index)
-SortKey = tuple[float, float, float, float, float, float, int]
-
-
-def _sort_keys(
+def _tiers(
     request: RouteRequest,
     candidates: Sequence[EndpointSnapshot],
-    predictions: Sequence[Prediction],
+    rows: Sequence[PredictionRow],
     rng: random.Random,
-) -> list[SortKey]:
-    """One plain tuple per candidate (they sort fastest); the index (unique) ends every key so
-    ties never compare further. Headroom is 1 − the largest p95/target ratio, inlined: this
-    runs per candidate per request."""
+) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
+    """Each candidate's sort key, in its tier's list: plain tuples sort fastest, and tiers
+    sorted apart compare shorter keys. Headroom is 1 − the largest p95/target ratio, inlined:
+    this runs per candidate per request."""
     slo = request.slo
     ttft_s, tpot_s, deadline_s = slo.ttft_s, slo.tpot_s, slo.deadline_s
-    prompt_tokens = request.prompt_tokens
+    prompt_tokens = float(request.prompt_tokens)  # float·float is the interpreter's fast path
     tie = rng.random
-    keys: list[SortKey] = []
-    for index, (snapshot, p) in enumerate(zip(candidates, predictions, strict=True)):
+    meets: list[MeetsKey] = []
+    unproven: list[OtherKey] = []
+    misses: list[OtherKey] = []
+    for snapshot, row, index in zip(candidates, rows, range(len(rows)), strict=True):
+        _, ttft_p95_s, _, tpot_p95_s, output_tokens, _, _, uncertainty = row
         ratio = 0.0  # no target: every endpoint meets, with equal headroom
         if ttft_s is not None:
-            ratio = p.ttft_p95_s / ttft_s
-        if tpot_s is not None and p.tpot_p95_s > ratio * tpot_s:
-            ratio = p.tpot_p95_s / tpot_s
-        if deadline_s is not None and p.e2e_p95_s > ratio * deadline_s:
-            ratio = p.e2e_p95_s / deadline_s
+            ratio = ttft_p95_s / ttft_s
+        if tpot_s is not None and tpot_p95_s > ratio * tpot_s:
+            ratio = tpot_p95_s / tpot_s
+        if deadline_s is not None:
+            e2e_p95_s = ttft_p95_s + tpot_p95_s * output_tokens
+            if e2e_p95_s > ratio * deadline_s:
+                ratio = e2e_p95_s / deadline_s
         if ratio <= 1.0:
             cost = prompt_tokens * snapshot.input_price_per_1m + (
-                p.output_tokens * snapshot.output_price_per_1m
+                output_tokens * snapshot.output_price_per_1m
             )  # EndpointSnapshot.cost × 1e6, inlined
             hosted = 0.0 if snapshot.kind == "vllm" else 1.0
-            keys.append((MEETS, cost, hosted, ratio, p.ttft_p95_s, tie(), index))
-        elif ratio <= p.uncertainty * p.uncertainty:
+            meets.append((cost, hosted, ratio, ttft_p95_s, tie(), index))
+        elif ratio <= uncertainty * uncertainty:
             cost = prompt_tokens * snapshot.input_price_per_1m + (
-                p.output_tokens * snapshot.output_price_per_1m
+                output_tokens * snapshot.output_price_per_1m
             )
-            keys.append((UNPROVEN, utilisation(snapshot), cost, 0.0, 0.0, tie(), index))
+            unproven.append((utilisation(snapshot), cost, tie(), index))
         else:
-            keys.append((MISSES, ratio, p.ttft_p95_s, 0.0, 0.0, tie(), index))
-    return keys
+            misses.append((ratio, ttft_p95_s, tie(), index))
+    return meets, unproven, misses
 
 
 def utilisation(snapshot: EndpointSnapshot) -> float:
