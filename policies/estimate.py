@@ -78,6 +78,7 @@ for policies that rank many candidates per request).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -210,15 +211,17 @@ class Estimator:
         return [_new_prediction(Prediction, row) for row in self.predict_rows(request, snapshots)]
 
     def predict_rows(
-        self, request: RouteRequest, snapshots: Sequence[EndpointSnapshot]
+        self, request: RouteRequest, snapshots: Sequence[EndpointSnapshot], tpot: bool = True
     ) -> list[PredictionRow]:
         """`predict_all` as plain tuples in `Prediction`'s field order, for the hot path (a
         NamedTuple costs several times a tuple to build). The fit of each endpoint, then this
-        request and the load now, in one loop: it runs per candidate per request."""
+        request and the load now, in one loop: it runs per candidate per request.
+        `tpot=False` leaves the TPOT fields NaN, for a caller that judges TTFT alone."""
         prompt_tokens = float(request.prompt_tokens)  # float·float is the interpreter's fast path
         output_tokens = request.max_tokens or self.default_output_tokens
         half_life_s, fits = self._half_life_s, self._fits
         rows: list[PredictionRow] = []
+        append = rows.append
         for snapshot in snapshots:
             fit = fits.get(snapshot.endpoint_id)
             if fit is None or fit[0] is not snapshot.latency:
@@ -237,23 +240,27 @@ class Estimator:
                 queued, running = in_flight - slots, slots
             engine = snapshot.engine
             if engine is not None and engine.age_s is not None:
-                age_s = engine.age_s
+                age_s, waiting, running_gauge = engine.age_s, engine.waiting, engine.running
                 trust = 0.5 ** (age_s / half_life_s) if age_s > 0 else 1.0
-                if engine.waiting is not None:
-                    queued += trust * (engine.waiting - queued)
-                if engine.running is not None:
-                    running += trust * (engine.running - running)
+                if waiting is not None:
+                    queued += trust * (waiting - queued)
+                if running_gauge is not None:
+                    running += trust * (running_gauge - running)
                 if limit and in_flight - limit > queued:
                     queued = in_flight - limit
             wait_s = queued * mean_service_s
             ahead_s = a + b * prompt_tokens + wait_s
-            tpot_s = idle_tpot_s
-            if doubling_running:
+            tpot_s = math.nan
+            if tpot:
                 # A known batch size is the better guess: a full batch about doubles an idle TPOT.
-                tpot_s *= 1 + running / (limit or doubling_running)
-            if tpot_base_s is not None:
-                tpot_s += warmth * (tpot_base_s + tpot_slope_s * (in_flight + 1) - tpot_s)
-            rows.append((
+                tpot_s = (
+                    idle_tpot_s * (1 + running / (limit or doubling_running))
+                    if doubling_running
+                    else idle_tpot_s
+                )
+                if tpot_base_s is not None:
+                    tpot_s += warmth * (tpot_base_s + tpot_slope_s * (in_flight + 1) - tpot_s)
+            append((
                 ahead_s + penalty_mean_s,
                 ahead_s * ttft_scale + wait_s * (1 - trust) + penalty_p95_s,
                 tpot_s,
