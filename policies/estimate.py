@@ -217,7 +217,9 @@ class Estimator:
         NamedTuple costs several times a tuple to build). The fit of each endpoint, then this
         request and the load now, in one loop: it runs per candidate per request.
         `tpot=False` leaves the TPOT fields NaN, for a caller that judges TTFT alone."""
-        prompt_tokens = float(request.prompt_tokens)  # float·float is the interpreter's fast path
+        # floats, not ints, wherever the result is the same: float·float (and 1.0 − float) is
+        # the interpreter's fast path, float·int is not
+        prompt_tokens = float(request.prompt_tokens)
         output_tokens = request.max_tokens or self.default_output_tokens
         half_life_s, fits = self._half_life_s, self._fits
         rows: list[PredictionRow] = []
@@ -254,7 +256,7 @@ class Estimator:
             if tpot:
                 # A known batch size is the better guess: a full batch about doubles an idle TPOT.
                 tpot_s = (
-                    idle_tpot_s * (1 + running / (limit or doubling_running))
+                    idle_tpot_s * (1.0 + running / (limit or doubling_running))
                     if doubling_running
                     else idle_tpot_s
                 )
@@ -262,7 +264,7 @@ class Estimator:
                     tpot_s += warmth * (tpot_base_s + tpot_slope_s * (in_flight + 1) - tpot_s)
             append((
                 ahead_s + penalty_mean_s,
-                ahead_s * ttft_scale + wait_s * (1 - trust) + penalty_p95_s,
+                ahead_s * ttft_scale + wait_s * (1.0 - trust) + penalty_p95_s,
                 tpot_s,
                 tpot_s * tpot_scale,
                 output_tokens,

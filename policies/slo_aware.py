@@ -110,6 +110,7 @@ class SloAware:
 
 
 COLD = Prediction._fields.index("cold")
+OUTPUT_TOKENS = Prediction._fields.index("output_tokens")
 
 
 def _pick(
@@ -139,13 +140,15 @@ def _tiers(
     this runs per candidate per request."""
     slo = request.slo
     ttft_s, tpot_s, deadline_s = slo.ttft_s, slo.tpot_s, slo.deadline_s
-    prompt_tokens = float(request.prompt_tokens)  # float·float is the interpreter's fast path
+    # floats, as in `Estimator.predict_rows`: float·float is the interpreter's fast path
+    prompt_tokens = float(request.prompt_tokens)
+    output_tokens = float(rows[0][OUTPUT_TOKENS])  # the same for every candidate
     tie = rng.random
     meets: list[MeetsKey] = []
     unproven: list[OtherKey] = []
     misses: list[OtherKey] = []
     for snapshot, row, index in zip(candidates, rows, range(len(rows)), strict=True):
-        _, ttft_p95_s, _, tpot_p95_s, output_tokens, _, _, uncertainty = row
+        _, ttft_p95_s, _, tpot_p95_s, _, _, _, uncertainty = row
         ratio = 0.0  # no target: every endpoint meets, with equal headroom
         if ttft_s is not None:
             ratio = ttft_p95_s / ttft_s
@@ -155,19 +158,18 @@ def _tiers(
             e2e_p95_s = ttft_p95_s + tpot_p95_s * output_tokens
             if e2e_p95_s > ratio * deadline_s:
                 ratio = e2e_p95_s / deadline_s
+        if not ratio <= uncertainty * uncertainty:  # not even at the optimistic p95 (u ≥ 1)
+            misses.append((ratio, ttft_p95_s, tie(), index))
+            continue
+        # EndpointSnapshot.cost × 1e6, inlined
+        cost = prompt_tokens * snapshot.input_price_per_1m + (
+            output_tokens * snapshot.output_price_per_1m
+        )
         if ratio <= 1.0:
-            cost = prompt_tokens * snapshot.input_price_per_1m + (
-                output_tokens * snapshot.output_price_per_1m
-            )  # EndpointSnapshot.cost × 1e6, inlined
             hosted = 0.0 if snapshot.kind == "vllm" else 1.0
             meets.append((cost, hosted, ratio, ttft_p95_s, tie(), index))
-        elif ratio <= uncertainty * uncertainty:
-            cost = prompt_tokens * snapshot.input_price_per_1m + (
-                output_tokens * snapshot.output_price_per_1m
-            )
-            unproven.append((utilisation(snapshot), cost, tie(), index))
         else:
-            misses.append((ratio, ttft_p95_s, tie(), index))
+            unproven.append((utilisation(snapshot), cost, tie(), index))
     return meets, unproven, misses
 
 
