@@ -157,13 +157,11 @@ class Estimator:
 
     Reading a pydantic attribute costs about three times a slots attribute, and `predict` runs
     once per candidate per request, so the validated config is copied here once. What depends
-    only on an endpoint's statistics and prior (warmth, blended coefficients, spreads,
-    penalties) is worked out once per statistics object and kept (`_fits`, by endpoint id,
-    with the object it came from): the gateway's shared view hands the same `LatencyEstimate`
-    to every request until its next refresh, and a new object replaces the entry. The prior
-    comes from the endpoint's id and kind, which only a new config (and so a new policy and
-    estimator) changes. The memo is cleared when it grows past `FIT_MEMO_SIZE`. It changes no
-    result, only how often the same arithmetic runs.
+    only on an endpoint's statistics and prior (warmth, coefficients, spreads, penalties) is
+    worked out once per statistics object and kept (`_fits`, by endpoint id, with the object):
+    the gateway's shared view hands the same `LatencyEstimate` to every request until its next
+    refresh. The prior follows the endpoint's id and kind, which only a new config (so a new
+    estimator) changes. The memo is cleared past `FIT_MEMO_SIZE`; it changes no result.
     """
 
     __slots__ = (
@@ -208,7 +206,7 @@ class Estimator:
         self, request: RouteRequest, snapshots: Sequence[EndpointSnapshot]
     ) -> list[Prediction]:
         """The model above for each endpoint."""
-        return [_new_prediction(Prediction, row) for row in self.predict_rows(request, snapshots)]
+        return [Prediction._make(row) for row in self.predict_rows(request, snapshots)]
 
     def predict_rows(
         self, request: RouteRequest, snapshots: Sequence[EndpointSnapshot], tpot: bool = True
@@ -329,7 +327,6 @@ class Estimator:
 
 
 FIT_MEMO_SIZE = 4096
-_new_prediction = tuple.__new__
 
 
 # What `predict_rows` needs of one endpoint's statistics and prior, a plain tuple (it unpacks

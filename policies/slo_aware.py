@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from operator import itemgetter
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -94,7 +93,7 @@ class SloAware:
         first = Prediction._make(rows[order[0]])
         # positional: keyword arguments cost about half a µs more on this path
         return Ranking(
-            _pick(candidates, order),
+            tuple([candidates[i] for i in order]),
             first.ttft_mean_s,
             headroom(slo, first) < 0,  # at_risk
             reason,
@@ -112,15 +111,6 @@ class SloAware:
 COLD = Prediction._fields.index("cold")
 OUTPUT_TOKENS = Prediction._fields.index("output_tokens")
 
-
-def _pick(
-    candidates: Sequence[EndpointSnapshot], order: Sequence[int]
-) -> tuple[EndpointSnapshot, ...]:
-    """The candidates in `order`; itemgetter builds the tuple in one C call."""
-    if len(order) == 1:
-        return (candidates[order[0]],)
-    picked: tuple[EndpointSnapshot, ...] = itemgetter(*order)(candidates)
-    return picked
 
 # Sort keys per tier, each ending in a random tie and the candidate's index (unique, so ties
 # never compare further). Meets: cost, hosted, p95/target, ttft p95; unproven: utilisation,
