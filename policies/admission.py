@@ -109,8 +109,9 @@ ADMIT = Admit()
 
 
 class _Limits(NamedTuple):
-    """The thresholds `pressure` and `saturation_for` read, as plain values: a pydantic
-    attribute costs about four times a tuple field, and these run per endpoint per request."""
+    """The thresholds `_states` (which unpacks them in this order) and `_saturation` read, as
+    plain values: a pydantic attribute costs about four times a tuple field, and these run
+    per endpoint per request."""
 
     in_flight_threshold: float
     max_gauge_age_s: float
