@@ -109,8 +109,9 @@ ADMIT = Admit()
 
 
 class _Limits(NamedTuple):
-    """The thresholds `pressure` and `saturation_for` read, as plain values: a pydantic
-    attribute costs about four times a tuple field, and these run per endpoint per request."""
+    """The thresholds `_states` (which unpacks them in this order) and `_saturation` read, as
+    plain values: a pydantic attribute costs about four times a tuple field, and these run
+    per endpoint per request."""
 
     in_flight_threshold: float
     max_gauge_age_s: float
@@ -146,31 +147,9 @@ def pressure(
 ) -> float:
     """How close the endpoint is to a saturation threshold: 1.0 = at one. With a footprint,
     the pressure the endpoint would be under once that many more KV tokens are in use."""
-    return _pressure(snapshot, _limits(params), footprint_tokens)
-
-
-def _pressure(snapshot: EndpointSnapshot, limits: _Limits, footprint_tokens: int) -> float:
-    level = 0.0
-    if snapshot.max_concurrency:
-        level = snapshot.in_flight / (snapshot.max_concurrency * limits.in_flight_threshold)
-    engine = snapshot.engine
-    if engine is None or engine.age_s is None or engine.age_s > limits.max_gauge_age_s:
-        return level
-    kv_usage = engine.kv_usage
-    if kv_usage is not None:
-        # KV in use: the gauge, or our own dispatched footprint when it is larger (the gauge
-        # lags), plus the footprint of the request being decided
-        capacity = engine.kv_capacity_tokens
-        if capacity:
-            ours = snapshot.in_flight_tokens / capacity
-            kv_usage = (kv_usage if kv_usage > ours else ours) + footprint_tokens / capacity
-        kv_level = kv_usage / limits.kv_threshold
-        level = kv_level if kv_level > level else level  # not max(): this runs per endpoint
-    waiting = engine.waiting if engine.waiting_for_capacity is None else engine.waiting_for_capacity
-    if waiting is not None:
-        queue_level = waiting / limits.queue_threshold
-        level = queue_level if queue_level > level else level
-    return level
+    levels: dict[str, float] = {}
+    _states({}, (snapshot,), _limits(params), footprint_tokens, levels)
+    return levels[snapshot.endpoint_id]
 
 
 def request_states(
@@ -180,14 +159,8 @@ def request_states(
     params: AdmissionParams,
 ) -> dict[str, Saturation]:
     """Each endpoint's state as this request would find it once admitted (never lower)."""
-    limits = _limits(params)
-    return {
-        s.endpoint_id: max(
-            states.get(s.endpoint_id, _OPEN),
-            _saturation(_OPEN, _pressure(s, limits, footprint_tokens), limits),
-        )
-        for s in snapshots
-    }
+    found = _states({}, snapshots, _limits(params), footprint_tokens)
+    return {key: max(states.get(key, _OPEN), state) for key, state in found.items()}
 
 
 # Enum attribute lookups cost about 0.1 µs each; these run per endpoint per request.
@@ -197,8 +170,8 @@ _OPEN, _RESERVED, _SATURATED = Saturation.OPEN, Saturation.RESERVED, Saturation.
 def next_saturation(
     previous: Saturation, snapshot: EndpointSnapshot, params: AdmissionParams
 ) -> Saturation:
-    limits = _limits(params)
-    return _saturation(previous, _pressure(snapshot, limits, 0), limits)
+    key = snapshot.endpoint_id
+    return _states({key: previous}, (snapshot,), _limits(params), 0)[key]
 
 
 def next_saturations(
@@ -207,15 +180,52 @@ def next_saturations(
     params: AdmissionParams,
 ) -> dict[str, Saturation]:
     """`next_saturation` for a pool, by endpoint id; an endpoint not seen before starts OPEN."""
-    limits = _limits(params)
-    open_below = limits.reserved_at - limits.hysteresis_band  # OPEN whatever it was before
+    return _states(previous, snapshots, _limits(params), 0)
+
+
+def _states(
+    previous: Mapping[str, Saturation],
+    snapshots: Iterable[EndpointSnapshot],
+    limits: _Limits,
+    footprint_tokens: int,
+    levels: dict[str, float] | None = None,
+) -> dict[str, Saturation]:
+    """Each endpoint's next state from its pressure (also put in `levels` when given). One
+    loop, the pressure inlined and the thresholds read once, `x if x > y else y` for max():
+    this runs per endpoint per request."""
+    in_flight_threshold, max_gauge_age_s, kv_threshold, queue_threshold, band, reserved_at = limits
+    open_below = reserved_at - band  # OPEN whatever it was before: most endpoints
     states = {}
-    for s in snapshots:
-        level = _pressure(s, limits, 0)
+    for snapshot in snapshots:
+        level = 0.0
+        if snapshot.max_concurrency:
+            level = snapshot.in_flight / (snapshot.max_concurrency * in_flight_threshold)
+        engine = snapshot.engine
+        # stale or missing gauges are left out (fail open)
+        if engine is not None and engine.age_s is not None and not engine.age_s > max_gauge_age_s:
+            kv_usage = engine.kv_usage
+            if kv_usage is not None:
+                # KV in use: the gauge, or our own dispatched footprint when it is larger (the
+                # gauge lags), plus the footprint of the request being decided
+                capacity = engine.kv_capacity_tokens
+                if capacity:
+                    ours = snapshot.in_flight_tokens / capacity
+                    kv_usage = (kv_usage if kv_usage > ours else ours) + footprint_tokens / capacity
+                kv_level = kv_usage / kv_threshold
+                level = kv_level if kv_level > level else level
+            waiting = engine.waiting_for_capacity
+            if waiting is None:
+                waiting = engine.waiting
+            if waiting is not None:
+                queue_level = waiting / queue_threshold
+                level = queue_level if queue_level > level else level
+        key = snapshot.endpoint_id
         if level < open_below:
-            states[s.endpoint_id] = _OPEN
+            states[key] = _OPEN
         else:
-            states[s.endpoint_id] = _saturation(previous.get(s.endpoint_id, _OPEN), level, limits)
+            states[key] = _saturation(previous.get(key, _OPEN), level, limits)
+        if levels is not None:
+            levels[key] = level
     return states
 
 

@@ -3,7 +3,8 @@
 Method
 1. Predict TTFT and TPOT, mean and p95, for the request on every candidate (`policies.estimate`).
    The p95s are cautious: widened by the estimate's uncertainty u while an endpoint has few
-   observations (u = 1 once warm).
+   observations (u = 1 once warm). TPOT only when the class sets a TPOT or deadline target:
+   nothing else reads it.
 2. Headroom = min over the targets the class sets of (1 − predicted p95 / target):
        ttft_p95 vs ttft_s,   tpot_p95 vs tpot_s,   ttft_p95 + tpot_p95·N vs deadline_s
    (N = max_tokens or the estimate's default). A fraction of the SLO, so targets of different
@@ -40,7 +41,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.base import EndpointSnapshot, Ranking, RouteRequest, SloTarget
-from policies.estimate import EstimateParams, Estimator, Prediction
+from policies.estimate import EstimateParams, Estimator, Prediction, PredictionRow
 
 
 class Params(BaseModel):
@@ -69,83 +70,97 @@ class SloAware:
     def __init__(self, params: Params) -> None:
         self.params = params
         self.estimator = Estimator(params.estimate)
+        self._explore_fraction = params.explore_fraction  # a plain attribute reads faster
 
     def rank(
         self, request: RouteRequest, candidates: Sequence[EndpointSnapshot], rng: random.Random
     ) -> Ranking:
         if not candidates:
             return Ranking(endpoints=())
-        predictions = self.estimator.predict_all(request, candidates)
-        keys = _sort_keys(request, candidates, predictions, rng)
-        keys.sort()
-        order = [key[-1] for key in keys]
-        reason = "slo_met" if keys[0][0] == MEETS else "slo_at_risk"
-        if self._explores(predictions, order, rng):
-            cold = [i for i in order if predictions[i].cold]
+        slo = request.slo
+        tpot = slo.tpot_s is not None or slo.deadline_s is not None  # else TTFT alone decides
+        rows = self.estimator.predict_rows(request, candidates, tpot)
+        tiers = _tiers(request, candidates, rows, rng)
+        for keys in tiers:
+            keys.sort()
+        order = [key[-1] for keys in tiers for key in keys]
+        reason = "slo_met" if tiers[0] else "slo_at_risk"
+        if self._explores(rows, order, rng):
+            cold = [i for i in order if rows[i][COLD]]
             pick = cold[rng.randrange(len(cold))]
             order = [pick, *(i for i in order if i != pick)]
             reason = "explore"
-        first = predictions[order[0]]
+        first = Prediction._make(rows[order[0]])
+        # positional: keyword arguments cost about half a µs more on this path
         return Ranking(
-            endpoints=tuple([candidates[i] for i in order]),
-            predicted_ttft_s=first.ttft_mean_s,
-            at_risk=headroom(request.slo, first) < 0,
-            reason=reason,
-            predicted_ttft_p95_s=first.ttft_p95_s,
+            tuple([candidates[i] for i in order]),
+            first.ttft_mean_s,
+            headroom(slo, first) < 0,  # at_risk
+            reason,
+            first.ttft_p95_s,
         )
 
     def _explores(
-        self, predictions: Sequence[Prediction], order: Sequence[int], rng: random.Random
+        self, rows: Sequence[PredictionRow], order: Sequence[int], rng: random.Random
     ) -> bool:
-        if rng.random() >= self.params.explore_fraction:
+        if rng.random() >= self._explore_fraction:
             return False
-        return any(predictions[i].cold for i in order[1:])
+        return any(rows[i][COLD] for i in order[1:])
 
 
-MEETS, UNPROVEN, MISSES = 0.0, 1.0, 2.0
+COLD = Prediction._fields.index("cold")
+OUTPUT_TOKENS = Prediction._fields.index("output_tokens")
 
 
-# (tier, then per tier: cost, hosted, -headroom, ttft p95 | utilisation, cost, 0, 0 |
-#  -headroom, ttft p95, 0, 0; random tie, candidate index)
-SortKey = tuple[float, float, float, float, float, float, int]
+# Sort keys per tier, each ending in a random tie and the candidate's index (unique, so ties
+# never compare further). Meets: cost, hosted, p95/target, ttft p95; unproven: utilisation,
+# cost; misses: p95/target, ttft p95.
+MeetsKey = tuple[float, float, float, float, float, int]
+OtherKey = tuple[float, float, float, int]
 
 
-def _sort_keys(
+def _tiers(
     request: RouteRequest,
     candidates: Sequence[EndpointSnapshot],
-    predictions: Sequence[Prediction],
+    rows: Sequence[PredictionRow],
     rng: random.Random,
-) -> list[SortKey]:
-    """One plain tuple per candidate (they sort fastest); the index (unique) ends every key so
-    ties never compare further. Headroom is 1 − the largest p95/target ratio, inlined: this
-    runs per candidate per request."""
+) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
+    """Each candidate's sort key, in its tier's list: plain tuples sort fastest, and tiers
+    sorted apart compare shorter keys. Headroom is 1 − the largest p95/target ratio, inlined:
+    this runs per candidate per request."""
     slo = request.slo
     ttft_s, tpot_s, deadline_s = slo.ttft_s, slo.tpot_s, slo.deadline_s
-    prompt_tokens = request.prompt_tokens
+    # floats, as in `Estimator.predict_rows`: float·float is the interpreter's fast path
+    prompt_tokens = float(request.prompt_tokens)
+    output_tokens = float(rows[0][OUTPUT_TOKENS])  # the same for every candidate
     tie = rng.random
-    keys: list[SortKey] = []
-    for index, (snapshot, p) in enumerate(zip(candidates, predictions, strict=True)):
+    meets: list[MeetsKey] = []
+    unproven: list[OtherKey] = []
+    misses: list[OtherKey] = []
+    for snapshot, row, index in zip(candidates, rows, range(len(rows)), strict=True):
+        _, ttft_p95_s, _, tpot_p95_s, _, _, _, uncertainty = row
         ratio = 0.0  # no target: every endpoint meets, with equal headroom
         if ttft_s is not None:
-            ratio = p.ttft_p95_s / ttft_s
-        if tpot_s is not None and p.tpot_p95_s > ratio * tpot_s:
-            ratio = p.tpot_p95_s / tpot_s
-        if deadline_s is not None and p.e2e_p95_s > ratio * deadline_s:
-            ratio = p.e2e_p95_s / deadline_s
+            ratio = ttft_p95_s / ttft_s
+        if tpot_s is not None and tpot_p95_s > ratio * tpot_s:
+            ratio = tpot_p95_s / tpot_s
+        if deadline_s is not None:
+            e2e_p95_s = ttft_p95_s + tpot_p95_s * output_tokens
+            if e2e_p95_s > ratio * deadline_s:
+                ratio = e2e_p95_s / deadline_s
+        if not ratio <= uncertainty * uncertainty:  # not even at the optimistic p95 (u ≥ 1)
+            misses.append((ratio, ttft_p95_s, tie(), index))
+            continue
+        # EndpointSnapshot.cost × 1e6, inlined
+        cost = prompt_tokens * snapshot.input_price_per_1m + (
+            output_tokens * snapshot.output_price_per_1m
+        )
         if ratio <= 1.0:
-            cost = prompt_tokens * snapshot.input_price_per_1m + (
-                p.output_tokens * snapshot.output_price_per_1m
-            )  # EndpointSnapshot.cost × 1e6, inlined
             hosted = 0.0 if snapshot.kind == "vllm" else 1.0
-            keys.append((MEETS, cost, hosted, ratio, p.ttft_p95_s, tie(), index))
-        elif ratio <= p.uncertainty * p.uncertainty:
-            cost = prompt_tokens * snapshot.input_price_per_1m + (
-                p.output_tokens * snapshot.output_price_per_1m
-            )
-            keys.append((UNPROVEN, utilisation(snapshot), cost, 0.0, 0.0, tie(), index))
+            meets.append((cost, hosted, ratio, ttft_p95_s, tie(), index))
         else:
-            keys.append((MISSES, ratio, p.ttft_p95_s, 0.0, 0.0, tie(), index))
-    return keys
+            unproven.append((utilisation(snapshot), cost, tie(), index))
+    return meets, unproven, misses
 
 
 def utilisation(snapshot: EndpointSnapshot) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -231,3 +232,22 @@ def test_a_measured_prior_carries_its_own_uncertainty(
     other = estimate.predict(request(), endpoint(endpoint_id="e2", latency=latency))
     assert own.uncertainty == pytest.approx(expected_uncertainty)
     assert other.uncertainty == pytest.approx(1 + 2 * (1 - samples / 10))
+
+
+def test_new_statistics_for_an_endpoint_replace_what_was_worked_out_from_the_old() -> None:
+    estimate = Estimator(PARAMS)  # its own memo of fits, by endpoint id
+    cold = estimate.predict(request(), endpoint())
+    warm = estimate.predict(request(), endpoint(latency=WARM))
+    assert cold.ttft_mean_s == pytest.approx(0.05 + 1e-4 * 1000)
+    assert warm.ttft_mean_s == pytest.approx(0.1 + 0.001 * 1000)
+    assert estimate.predict(request(), endpoint()) == cold
+
+
+def test_rows_without_tpot_keep_every_ttft_prediction() -> None:
+    snapshots = [endpoint(), endpoint(endpoint_id="e2", latency=WARM, engine=engine(waiting=3))]
+    full = ESTIMATE.predict_all(request(), snapshots)
+    rows = ESTIMATE.predict_rows(request(), snapshots, tpot=False)
+    for prediction, row in zip(full, rows, strict=True):
+        assert row[:2] == (prediction.ttft_mean_s, prediction.ttft_p95_s)
+        assert row[4:] == tuple(prediction)[4:]
+        assert math.isnan(row[2]) and math.isnan(row[3])
