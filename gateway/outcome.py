@@ -7,11 +7,12 @@ background tasks so a slow store never delays a response. The decisions (`Outcom
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
+
+import orjson
 
 from gateway.background import Background, Spawn
 from gateway.errors import AttemptFailed
@@ -225,8 +226,10 @@ def body_result(opened: Opened, prompt: int) -> Finished:
     """A non-streamed response: no TTFT; tokens from `usage` when the body carries it."""
     usage: dict[str, object] = {}
     if b'"usage"' in opened.first:
+        # orjson, 4-6x faster than `json` on a whole answer: only `usage`'s integers are read,
+        # and an integer beyond 64 bits (a float to orjson) fails the isinstance check below.
         try:
-            parsed = json.loads(opened.first)
+            parsed = orjson.loads(opened.first)
         except ValueError:
             parsed = None
         if isinstance(parsed, dict) and isinstance(parsed.get("usage"), dict):

@@ -36,6 +36,7 @@ Release = Callable[[StatsStore], Awaitable[None]]
 _NO_STATS = EndpointStats()
 _FAILURES = (RedisError, OSError, TimeoutError)
 WATCH_INTERVAL_S = 1.0
+CONFIRM_PINGS = 3  # failed pings in a row that mark Redis down (see ResilientStore._suspect)
 
 
 class ResilientStore:
@@ -55,19 +56,43 @@ class ResilientStore:
         self.up = True
         self._ping = ping
         self._unreleased: list[Release] = []  # replayed on Redis once it is back
+        self._probe: asyncio.Task[None] | None = None  # confirming a suspected outage
 
     async def _run(self, op: Callable[[StatsStore], Awaitable[T]], *, decides: bool = True) -> T:
-        """Run on Redis while it is up, else locally. Only calls that decide (reads, admission)
-        switch the replica to local state when they fail: a background write that times out
-        under load is served locally once, but is no evidence that Redis is gone."""
+        """Run on Redis while it is up, else locally. A call that fails is served locally at
+        once (its latency stays bounded by the timeout); only a failed deciding call (reads,
+        admission) is reason to check whether Redis is gone, and a background write that times
+        out under load is no evidence of it."""
         if self.up:
             try:
                 async with asyncio.timeout(self.timeout_s):
                     return await op(self.primary)
             except _FAILURES as exc:
                 if decides:
-                    self._mark_down(exc)
+                    self._suspect(exc)
         return await op(self.fallback)
+
+    def _suspect(self, exc: BaseException) -> None:
+        """A failed call alone does not switch the replica to local state: under load, a
+        saturated event loop (or a busy core under Redis) makes a healthy Redis's answer land
+        after the timeout, and switching on that threw shared state away several times a
+        minute. One probe at a time confirms it: Redis is down only if `CONFIRM_PINGS` pings in
+        a row fail too. A dead or hung Redis fails them all within a few timeouts; a loaded one
+        answers at least one, and requests meanwhile were served locally, one call each."""
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._confirm(exc))
+
+    async def _confirm(self, exc: BaseException) -> None:
+        for attempt in range(CONFIRM_PINGS):
+            if attempt:
+                await asyncio.sleep(self.timeout_s)
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    await self._ping()
+                return  # Redis answered: the failure was the load's, not Redis's
+            except _FAILURES as failure:
+                exc = failure
+        self._mark_down(exc)
 
     def _mark_down(self, exc: BaseException) -> None:
         if self.up:
@@ -168,6 +193,8 @@ class ResilientStore:
         )
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
         await self.primary.close()
         await self.fallback.close()
 
