@@ -86,7 +86,8 @@ class LeaseBook:
         self.background.spawn(self._drop(endpoint_id, request_id, taking))
 
     async def _drop(self, endpoint_id: str, request_id: str, taking: asyncio.Task[int]) -> None:
-        await asyncio.wait({taking})
+        if not taking.done():  # usually done by now: asyncio.wait costs a future and callbacks
+            await asyncio.wait({taking})
         await self.store.release(endpoint_id, request_id, now=time.time())
 
     async def run(self) -> None:

@@ -29,7 +29,9 @@ from gateway.stats.base import (
 )
 from gateway.stats.breaker import BreakerPolicy, BreakerState
 from gateway.stats.memory import MemoryStatsStore
+from gateway.stats.redis import RedisStatsStore, Write
 from gateway.telemetry import log
+from gateway.writebehind import WriteBehind
 
 T = TypeVar("T")
 Release = Callable[[StatsStore], Awaitable[None]]
@@ -57,6 +59,11 @@ class ResilientStore:
         self._ping = ping
         self._unreleased: list[Release] = []  # replayed on Redis once it is back
         self._probe: asyncio.Task[None] | None = None  # confirming a suspected outage
+        self.writes = (
+            WriteBehind(primary, self._writes_failed, timeout_s=timeout_s)
+            if isinstance(primary, RedisStatsStore)
+            else None
+        )
 
     async def _run(self, op: Callable[[StatsStore], Awaitable[T]], *, decides: bool = True) -> T:
         """Run on Redis while it is up, else locally. A call that fails is served locally at
@@ -131,12 +138,36 @@ class ResilientStore:
                 pass  # replayed by the watch once Redis answers a ping
         self._unreleased.append(release)
 
+    async def _writes_failed(self, batch: list[Write], exc: BaseException) -> None:
+        """A write-behind batch that failed, served locally in its order (a take, then its
+        drop); its drops are replayed on Redis once it answers, like any other release."""
+        log.debug("shared store write batch failed: %r", exc)
+        for write in batch:
+            if write.kind == "release":
+                await self.fallback.release(write.endpoint_id, write.request_id, now=time.time())
+                self._unreleased.append(_replay_release(write))
+            elif write.kind == "acquire":
+                await self.fallback.acquire(
+                    write.endpoint_id, write.request_id, ttl_s=write.ttl_s, now=write.now
+                )
+            elif write.sample is not None:
+                await self.fallback.observe(write.endpoint_id, write.sample)
+
     async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
+        """Through the write-behind while Redis is up: the count is then not known yet (0), and
+        no caller reads it (leases are counted from the shared view)."""
+        if self.up and self.writes is not None:
+            self.writes.submit(Write("acquire", endpoint_id, request_id, ttl_s, now))
+            return 0
         return await self._run(
             lambda s: s.acquire(endpoint_id, request_id, ttl_s=ttl_s, now=now), decides=False
         )
 
     async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
+        if self.up and self.writes is not None:
+            await self.fallback.release(endpoint_id, request_id, now=time.time())
+            self.writes.submit(Write("release", endpoint_id, request_id))
+            return
         await self._release(lambda s: s.release(endpoint_id, request_id, now=time.time()))
 
     async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
@@ -146,6 +177,9 @@ class ResilientStore:
         return await self._run(lambda s: s.read_in_flight(endpoint_ids, now=now))
 
     async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
+        if self.up and self.writes is not None:
+            self.writes.submit(Write("observe", endpoint_id, sample=sample))
+            return
         await self._run(lambda s: s.observe(endpoint_id, sample), decides=False)
 
     async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
@@ -195,8 +229,17 @@ class ResilientStore:
     async def close(self) -> None:
         if self._probe is not None:
             self._probe.cancel()
+        if self.writes is not None and self.up:
+            try:
+                await self.writes.close()
+            except _FAILURES as exc:
+                log.debug("final write batch failed: %r", exc)
         await self.primary.close()
         await self.fallback.close()
+
+
+def _replay_release(write: Write) -> Release:
+    return lambda store: store.release(write.endpoint_id, write.request_id, now=time.time())
 
 
 class SharedView:
