@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
+from gateway import logs
 from gateway import record as records
 from gateway.logs import error_code, line, outcome
 from gateway.outcome import Finished
@@ -100,3 +104,36 @@ def test_notes_go_to_the_current_record_only() -> None:
         records.end(token)
     assert current() is None
     assert (record.tenant, record.endpoint_id, record.attempts) == ("acme", "vllm-b", 2)
+
+
+class Flushes(io.StringIO):
+    """A stdout that records what had been written each time it was flushed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed: list[str] = []
+
+    def flush(self) -> None:
+        self.flushed.append(self.getvalue())
+
+
+async def test_lines_written_in_one_loop_iteration_share_one_flush() -> None:
+    stream = Flushes()
+    previous = logs._stdout.setStream(stream)
+    logs.configure()
+    try:
+        logs.emit(served())
+        logs.emit(served())
+        assert stream.flushed == []
+        await asyncio.sleep(0)
+        lines = stream.getvalue().splitlines()
+        assert [json.loads(text)["request_id"] for text in lines] == ["r1", "r1"]
+        assert stream.flushed == [stream.getvalue()]
+    finally:
+        logs._stdout.setStream(previous)
+
+
+def test_the_time_is_iso_8601_utc_with_milliseconds() -> None:
+    for now in (1_700_000_000.0, 1_700_000_000.5, 1_700_000_059.999, time.time()):
+        expected = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
+        assert logs._timestamp(now) == expected
