@@ -238,6 +238,16 @@ class ResilientStore:
         await self.fallback.close()
 
 
+def writes_at_once(store: StatsStore) -> bool:
+    """Whether the store's lease takes and drops and its observations finish without suspending
+    (so they can run in the caller, see `background.run_now`): the memory store never suspends,
+    and `ResilientStore` over Redis queues them for its write-behind, or while Redis is down
+    writes them to memory. Breaker and cool-down writes still go to Redis directly."""
+    if isinstance(store, ResilientStore):
+        return store.writes is not None
+    return isinstance(store, MemoryStatsStore)
+
+
 def _replay_release(write: Write) -> Release:
     return lambda store: store.release(write.endpoint_id, write.request_id, now=time.time())
 
