@@ -57,7 +57,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 _stdout = logging.StreamHandler(sys.stdout)
 _stdout.setFormatter(logging.Formatter("%(message)s"))
 _ONLY_STDOUT = [_stdout]
-_flush_pending = False
+_flush_on: asyncio.AbstractEventLoop | None = None  # the loop a flush is scheduled on
 
 
 def configure() -> None:
@@ -85,21 +85,23 @@ def emit(record: RequestRecord, *, prompts: bool = False) -> None:
 def _write(text: str) -> None:
     """The line as `_stdout` would write it, without a LogRecord, a formatter, the handler's
     lock (the event loop is the only writer of request lines) or a flush per line: one flush
-    per event-loop iteration serves every line written in it, still before the loop waits."""
-    global _flush_pending
+    per event-loop iteration serves every line written in it, still before the loop waits.
+    The pending flush is remembered by its loop: one that closed first never ran it."""
+    global _flush_on
     _stdout.stream.write(text + "\n")
-    if not _flush_pending:
-        try:
-            asyncio.get_running_loop().call_soon(_flush)
-        except RuntimeError:  # no loop: nothing to batch with
-            _stdout.flush()
-            return
-        _flush_pending = True
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no loop: nothing to batch with
+        _stdout.flush()
+        return
+    if _flush_on is not loop:
+        loop.call_soon(_flush)
+        _flush_on = loop
 
 
 def _flush() -> None:
-    global _flush_pending
-    _flush_pending = False
+    global _flush_on
+    _flush_on = None
     _stdout.flush()
 
 
