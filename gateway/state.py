@@ -1,9 +1,12 @@
 """Shared state as the request path sees it.
 
 `ResilientStore` keeps the gateway serving while Redis is down or slow: every call has a bounded
-timeout, a failure switches this replica to per-replica memory (logged once, exposed in
-/readyz and `slo_gateway_redis_up`), and a background watch switches back when Redis answers.
-Lease releases that could not reach Redis are replayed on recovery, so no lease lingers.
+timeout and a failed one is served from per-replica memory; an outage that failing PINGs
+confirm switches this replica to memory (logged once, exposed in /readyz and
+`slo_gateway_redis_up`), and a background watch switches back when Redis answers. Lease takes
+and drops and observations go through a write-behind (gateway/writebehind.py), one pipeline
+per few milliseconds. Lease releases that could not reach Redis are replayed on recovery, so
+no lease lingers.
 
 `SharedView` is a local copy of every endpoint's shared statistics, refreshed in the background
 (one pipelined read per refresh), so building snapshots costs no round trip. In-flight counts are
