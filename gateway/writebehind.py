@@ -11,6 +11,7 @@ A batch that fails is handed back (`on_failed`) to be served locally and replaye
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
@@ -69,6 +70,9 @@ class WriteBehind:
         try:
             async with asyncio.timeout(self.timeout_s):
                 replies = await self.store.write_batch(batch)
+        except asyncio.CancelledError:
+            self._queue[:0] = batch  # stopped mid-flush (`close`): sent again by the last flush
+            raise
         except _FAILURES as exc:
             # Unknown which writes landed: each is idempotent on Redis (a lease is a sorted-set
             # member) except an observation, which is then kept locally only.
@@ -82,7 +86,9 @@ class WriteBehind:
 
     async def close(self) -> None:
         """Flush what is queued, then stop the flusher."""
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await self.flush()
