@@ -16,6 +16,22 @@ T = TypeVar("T")
 Spawn = Callable[[Coroutine[Any, Any, Any]], object]
 
 
+def run_now(coroutine: Coroutine[Any, Any, Any]) -> None:
+    """Run, in the caller, a write known to finish without suspending (`state.writes_at_once`):
+    a task per write cost more than most writes themselves (creating it, scheduling its step,
+    its done callback). Should one suspend after all, it is a bug: logged, never raised into
+    the request that made the write."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    except Exception as exc:
+        log.warning("write failed: %r", exc)
+        return
+    coroutine.close()
+    log.error("a write expected to finish at once suspended and was dropped: %r", coroutine)
+
+
 class Background:
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -1,7 +1,9 @@
 """In-flight leases without a round trip on the request path.
 
 This replica's count changes at once (`SharedView.started/finished`); the shared lease is taken
-and dropped in background tasks, the drop chained after the take so they never cross. Other
+and dropped off the request path: queued for the write-behind (or written to memory) at once
+when the store allows (`state.writes_at_once`), else in background tasks, the drop chained
+after the take so they never cross. Other
 replicas see the lease at their next view refresh, which is as fresh as they could read it.
 Leases held past a third of their TTL are refreshed (`run`), so a stream longer than the TTL
 stays counted by every replica, while a crashed replica's leases still expire.
@@ -12,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway.background import Background
-from gateway.state import SharedView
+from gateway.background import Background, run_now
+from gateway.state import SharedView, writes_at_once
 from gateway.stats.base import StatsStore
 from gateway.telemetry import Metrics
 
@@ -61,32 +63,43 @@ class LeaseBook:
         self.background = background
         self.ttl_s = ttl_s  # outlives any sane request; a dead replica's leases expire
         self.local = LocalLeases(view)
-        self._taking: dict[tuple[str, str], asyncio.Task[int]] = {}  # the shared takes
+        # The shared takes: a task to chain the drop after, or None when written at once.
+        self._taking: dict[tuple[str, str], asyncio.Task[int] | None] = {}
+        self._at_once = writes_at_once(store)
         self._refreshed_at: dict[tuple[str, str], float] = {}  # when each lease was last taken
 
     def take(self, endpoint_id: str, request_id: str, tokens: int) -> None:
         """Lease `endpoint_id` for a request whose KV footprint is `tokens`."""
         self.local.take(endpoint_id, request_id, tokens)
         self.metrics.in_flight.labels(endpoint_id).inc()
-        taking = self.background.spawn(
-            self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=time.time())
-        )
-        self._taking[(endpoint_id, request_id)] = taking
+        acquiring = self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=time.time())
+        if self._at_once:
+            run_now(acquiring)
+            self._taking[(endpoint_id, request_id)] = None
+        else:
+            self._taking[(endpoint_id, request_id)] = self.background.spawn(acquiring)
         self._refreshed_at[(endpoint_id, request_id)] = time.time()
 
     def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int:
         return self.local.in_flight_when_taken(endpoint_id, request_id)
 
     def drop(self, endpoint_id: str, request_id: str) -> None:
-        taking = self._taking.pop((endpoint_id, request_id), None)
-        self._refreshed_at.pop((endpoint_id, request_id), None)
-        if taking is None or not self.local.drop(endpoint_id, request_id):
+        key = (endpoint_id, request_id)
+        if key not in self._taking:
             return  # never taken, or already dropped
+        taking = self._taking.pop(key)
+        self._refreshed_at.pop(key, None)
+        if not self.local.drop(endpoint_id, request_id):
+            return
         self.metrics.in_flight.labels(endpoint_id).dec()
-        self.background.spawn(self._drop(endpoint_id, request_id, taking))
+        if taking is None:  # the take is written already
+            run_now(self.store.release(endpoint_id, request_id, now=time.time()))
+        else:
+            self.background.spawn(self._drop(endpoint_id, request_id, taking))
 
     async def _drop(self, endpoint_id: str, request_id: str, taking: asyncio.Task[int]) -> None:
-        await asyncio.wait({taking})
+        if not taking.done():  # usually done by now: asyncio.wait costs a future and callbacks
+            await asyncio.wait({taking})
         await self.store.release(endpoint_id, request_id, now=time.time())
 
     async def run(self) -> None:

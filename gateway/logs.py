@@ -22,6 +22,7 @@ Prompt text is added (as `prompt`) only with GATEWAY_LOG_PROMPTS=true, a debuggi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
@@ -55,6 +56,8 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 _stdout = logging.StreamHandler(sys.stdout)
 _stdout.setFormatter(logging.Formatter("%(message)s"))
+_ONLY_STDOUT = [_stdout]
+_flush_on: asyncio.AbstractEventLoop | None = None  # the loop a flush is scheduled on
 
 
 def configure() -> None:
@@ -67,12 +70,39 @@ def configure() -> None:
 
 def emit(record: RequestRecord, *, prompts: bool = False) -> None:
     """Straight to the logger's handlers: `Logger.info` would also walk the stack to find its
-    caller, which no line uses (a third of the cost of logging a request)."""
+    caller, which no line uses (a third of the cost of logging a request). With only stdout to
+    write to (the usual case), not even that: see `_write`."""
     if request_log.isEnabledFor(logging.INFO):
         text = line(record, prompts=prompts)
-        request_log.handle(
-            logging.LogRecord(request_log.name, logging.INFO, "", 0, text, None, None)
-        )
+        if request_log.handlers == _ONLY_STDOUT and not request_log.filters:
+            _write(text)
+        else:
+            request_log.handle(
+                logging.LogRecord(request_log.name, logging.INFO, "", 0, text, None, None)
+            )
+
+
+def _write(text: str) -> None:
+    """The line as `_stdout` would write it, without a LogRecord, a formatter, the handler's
+    lock (the event loop is the only writer of request lines) or a flush per line: one flush
+    per event-loop iteration serves every line written in it, still before the loop waits.
+    The pending flush is remembered by its loop: one that closed first never ran it."""
+    global _flush_on
+    _stdout.stream.write(text + "\n")
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no loop: nothing to batch with
+        _stdout.flush()
+        return
+    if _flush_on is not loop:
+        loop.call_soon(_flush)
+        _flush_on = loop
+
+
+def _flush() -> None:
+    global _flush_on
+    _flush_on = None
+    _stdout.flush()
 
 
 def line(record: RequestRecord, *, prompts: bool = False) -> str:
@@ -88,7 +118,7 @@ def line(record: RequestRecord, *, prompts: bool = False) -> str:
 def _request_fields(record: RequestRecord) -> dict[str, Any]:
     route, ranking = record.route, record.ranking
     return {
-        "time": datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="milliseconds"),
+        "time": _timestamp(time.time()),
         "request_id": record.request_id,
         "method": record.method,
         "path": record.path,
@@ -142,6 +172,19 @@ def error_code(body: bytes, status: int) -> str:
     error = parsed.get("error") if isinstance(parsed, dict) else None
     code = error.get("code") if isinstance(error, dict) else None
     return code if isinstance(code, str) and code else f"http_{status}"
+
+
+def _timestamp(now: float) -> str:
+    """ISO 8601 with milliseconds, as `isoformat(timespec="milliseconds")` writes it; the part
+    up to the second is formatted once a second."""
+    global _second
+    whole = int(now)
+    if whole != _second[0]:
+        _second = (whole, datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{_second[1]}.{int((now - whole) * 1000):03d}+00:00"
+
+
+_second: tuple[int, str] = (-1, "")
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -14,7 +14,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,46 @@ class Routed:
     attempts: int
 
 
+Logged = tuple[float, RouteRequest, Ranking, str, float]  # at_s, request, ranking, policy, queued
+
+
+class DecisionLog:
+    """The recent decisions, kept as they were made and turned into dicts only when read (by
+    /admin/decisions and the dashboard), not once per request."""
+
+    def __init__(self) -> None:
+        self._entries: deque[Logged] = deque(maxlen=DECISION_LOG_SIZE)
+        self.append = self._entries.append
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(self._entry, self._entries)
+
+    def __reversed__(self) -> Iterator[dict[str, Any]]:
+        return map(self._entry, reversed(self._entries))
+
+    @staticmethod
+    def _entry(logged: Logged) -> dict[str, Any]:
+        at_s, request, ranking, policy, waited_s = logged
+        return {
+            "at_s": at_s,
+            "request_id": request.request_id,
+            "tenant": request.tenant,
+            "slo_class": request.slo.name,
+            "model": request.model,
+            "prompt_tokens": request.prompt_tokens,
+            "ranking": [s.endpoint_id for s in ranking.endpoints],
+            "policy": policy,
+            "predicted_ttft_s": ranking.predicted_ttft_s,
+            "predicted_ttft_p95_s": ranking.predicted_ttft_p95_s,
+            "at_risk": ranking.at_risk,
+            "reason": ranking.reason,
+            "queued_s": round(waited_s, 4),
+        }
+
+
 class Router:
     def __init__(
         self,
@@ -76,7 +116,7 @@ class Router:
         self.finisher = finisher
         self.metrics = metrics
         self.rng = random.Random()
-        self.decisions: deque[dict[str, Any]] = deque(maxlen=DECISION_LOG_SIZE)
+        self.decisions = DecisionLog()
 
     def snapshots(self, model: str) -> list[EndpointSnapshot]:
         """One immutable snapshot per endpoint of `model` that is in rotation now."""
@@ -118,23 +158,7 @@ class Router:
         return ranking
 
     def _log(self, request: RouteRequest, ranking: Ranking, waited_s: float) -> None:
-        self.decisions.append(
-            {
-                "at_s": time.time(),
-                "request_id": request.request_id,
-                "tenant": request.tenant,
-                "slo_class": request.slo.name,
-                "model": request.model,
-                "prompt_tokens": request.prompt_tokens,
-                "ranking": [s.endpoint_id for s in ranking.endpoints],
-                "policy": self.policy.name,
-                "predicted_ttft_s": ranking.predicted_ttft_s,
-                "predicted_ttft_p95_s": ranking.predicted_ttft_p95_s,
-                "at_risk": ranking.at_risk,
-                "reason": ranking.reason,
-                "queued_s": round(waited_s, 4),
-            }
-        )
+        self.decisions.append((time.time(), request, ranking, self.policy.name, waited_s))
 
     async def open(
         self,

@@ -1,9 +1,12 @@
 """Shared state as the request path sees it.
 
 `ResilientStore` keeps the gateway serving while Redis is down or slow: every call has a bounded
-timeout, a failure switches this replica to per-replica memory (logged once, exposed in
-/readyz and `slo_gateway_redis_up`), and a background watch switches back when Redis answers.
-Lease releases that could not reach Redis are replayed on recovery, so no lease lingers.
+timeout and a failed one is served from per-replica memory; an outage that failing PINGs
+confirm switches this replica to memory (logged once, exposed in /readyz and
+`slo_gateway_redis_up`), and a background watch switches back when Redis answers. Lease takes
+and drops and observations go through a write-behind (gateway/writebehind.py), one pipeline
+per few milliseconds. Lease releases that could not reach Redis are replayed on recovery, so
+no lease lingers.
 
 `SharedView` is a local copy of every endpoint's shared statistics, refreshed in the background
 (one pipelined read per refresh), so building snapshots costs no round trip. In-flight counts are
@@ -29,13 +32,16 @@ from gateway.stats.base import (
 )
 from gateway.stats.breaker import BreakerPolicy, BreakerState
 from gateway.stats.memory import MemoryStatsStore
+from gateway.stats.redis import RedisStatsStore, Write
 from gateway.telemetry import log
+from gateway.writebehind import WriteBehind
 
 T = TypeVar("T")
 Release = Callable[[StatsStore], Awaitable[None]]
 _NO_STATS = EndpointStats()
 _FAILURES = (RedisError, OSError, TimeoutError)
 WATCH_INTERVAL_S = 1.0
+CONFIRM_PINGS = 3  # failed pings in a row that mark Redis down (see ResilientStore._suspect)
 
 
 class ResilientStore:
@@ -55,19 +61,48 @@ class ResilientStore:
         self.up = True
         self._ping = ping
         self._unreleased: list[Release] = []  # replayed on Redis once it is back
+        self._probe: asyncio.Task[None] | None = None  # confirming a suspected outage
+        self.writes = (
+            WriteBehind(primary, self._writes_failed, timeout_s=timeout_s)
+            if isinstance(primary, RedisStatsStore)
+            else None
+        )
 
     async def _run(self, op: Callable[[StatsStore], Awaitable[T]], *, decides: bool = True) -> T:
-        """Run on Redis while it is up, else locally. Only calls that decide (reads, admission)
-        switch the replica to local state when they fail: a background write that times out
-        under load is served locally once, but is no evidence that Redis is gone."""
+        """Run on Redis while it is up, else locally. A call that fails is served locally at
+        once (its latency stays bounded by the timeout); only a failed deciding call (reads,
+        admission) is reason to check whether Redis is gone, and a background write that times
+        out under load is no evidence of it."""
         if self.up:
             try:
                 async with asyncio.timeout(self.timeout_s):
                     return await op(self.primary)
             except _FAILURES as exc:
                 if decides:
-                    self._mark_down(exc)
+                    self._suspect(exc)
         return await op(self.fallback)
+
+    def _suspect(self, exc: BaseException) -> None:
+        """A failed call alone does not switch the replica to local state: under load, a
+        saturated event loop (or a busy core under Redis) makes a healthy Redis's answer land
+        after the timeout, and switching on that threw shared state away several times a
+        minute. One probe at a time confirms it: Redis is down only if `CONFIRM_PINGS` pings in
+        a row fail too. A dead or hung Redis fails them all within a few timeouts; a loaded one
+        answers at least one, and requests meanwhile were served locally, one call each."""
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._confirm(exc))
+
+    async def _confirm(self, exc: BaseException) -> None:
+        for attempt in range(CONFIRM_PINGS):
+            if attempt:
+                await asyncio.sleep(self.timeout_s)
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    await self._ping()
+                return  # Redis answered: the failure was the load's, not Redis's
+            except _FAILURES as failure:
+                exc = failure
+        self._mark_down(exc)
 
     def _mark_down(self, exc: BaseException) -> None:
         if self.up:
@@ -106,12 +141,36 @@ class ResilientStore:
                 pass  # replayed by the watch once Redis answers a ping
         self._unreleased.append(release)
 
+    async def _writes_failed(self, batch: list[Write], exc: BaseException) -> None:
+        """A write-behind batch that failed, served locally in its order (a take, then its
+        drop); its drops are replayed on Redis once it answers, like any other release."""
+        log.debug("shared store write batch failed: %r", exc)
+        for write in batch:
+            if write.kind == "release":
+                await self.fallback.release(write.endpoint_id, write.request_id, now=time.time())
+                self._unreleased.append(_replay_release(write))
+            elif write.kind == "acquire":
+                await self.fallback.acquire(
+                    write.endpoint_id, write.request_id, ttl_s=write.ttl_s, now=write.now
+                )
+            elif write.sample is not None:
+                await self.fallback.observe(write.endpoint_id, write.sample)
+
     async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
+        """Through the write-behind while Redis is up: the count is then not known yet (0), and
+        no caller reads it (leases are counted from the shared view)."""
+        if self.up and self.writes is not None:
+            self.writes.submit(Write("acquire", endpoint_id, request_id, ttl_s, now))
+            return 0
         return await self._run(
             lambda s: s.acquire(endpoint_id, request_id, ttl_s=ttl_s, now=now), decides=False
         )
 
     async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
+        if self.up and self.writes is not None:
+            await self.fallback.release(endpoint_id, request_id, now=time.time())
+            self.writes.submit(Write("release", endpoint_id, request_id))
+            return
         await self._release(lambda s: s.release(endpoint_id, request_id, now=time.time()))
 
     async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
@@ -121,6 +180,9 @@ class ResilientStore:
         return await self._run(lambda s: s.read_in_flight(endpoint_ids, now=now))
 
     async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
+        if self.up and self.writes is not None:
+            self.writes.submit(Write("observe", endpoint_id, sample=sample))
+            return
         await self._run(lambda s: s.observe(endpoint_id, sample), decides=False)
 
     async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
@@ -168,8 +230,29 @@ class ResilientStore:
         )
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+        if self.writes is not None and self.up:
+            try:
+                await self.writes.close()
+            except _FAILURES as exc:
+                log.debug("final write batch failed: %r", exc)
         await self.primary.close()
         await self.fallback.close()
+
+
+def writes_at_once(store: StatsStore) -> bool:
+    """Whether the store's lease takes and drops and its observations finish without suspending
+    (so they can run in the caller, see `background.run_now`): the memory store never suspends,
+    and `ResilientStore` over Redis queues them for its write-behind, or while Redis is down
+    writes them to memory. Breaker and cool-down writes still go to Redis directly."""
+    if isinstance(store, ResilientStore):
+        return store.writes is not None
+    return isinstance(store, MemoryStatsStore)
+
+
+def _replay_release(write: Write) -> Release:
+    return lambda store: store.release(write.endpoint_id, write.request_id, now=time.time())
 
 
 class SharedView:

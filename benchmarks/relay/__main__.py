@@ -25,7 +25,15 @@ from benchmarks.relay import litellm_proxy, markdown, micro, report
 from benchmarks.relay.phases import PHASES
 from benchmarks.relay.procs import cores
 from benchmarks.relay.run import Options, run
-from benchmarks.relay.systems import CANDIDATE, FLOOR, FULL, LITELLM, QUICK, catalogue
+from benchmarks.relay.systems import (
+    CANDIDATE,
+    CANDIDATE_REDIS,
+    FLOOR,
+    FULL,
+    LITELLM,
+    QUICK,
+    catalogue,
+)
 
 NAMES = [phase.name for phase in PHASES]
 
@@ -47,6 +55,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--candidate", type=Path, action="append", default=[],
                         help="also run the gateway from this source tree (an A/B of a change; "
                         "repeatable)")
+    parser.add_argument("--candidate-redis", type=Path, action="append", default=[],
+                        help="also run the gateway from this source tree on the Redis store")
     parser.add_argument("--out", type=Path, default=Path("reports"))
     return parser.parse_args(argv)
 
@@ -56,6 +66,7 @@ def options(args: argparse.Namespace, logs: Path) -> Options:
     if args.quick and args.litellm and LITELLM not in chosen:
         chosen += (LITELLM,)
     candidates = {f"{CANDIDATE}{tree.name}": tree.resolve() for tree in args.candidate}
+    candidates |= {f"{CANDIDATE_REDIS}{tree.name}": tree.resolve() for tree in args.candidate_redis}
     chosen += tuple(name for name in candidates if name not in chosen)
     if args.no_litellm:
         chosen = tuple(s for s in chosen if s != LITELLM)

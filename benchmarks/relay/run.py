@@ -25,9 +25,9 @@ from benchmarks.relay.phases import PHASES, Phase, measure
 from benchmarks.relay.procs import Running, free_port, rss_mb, self_cpu_s, start, wait_ready
 from benchmarks.relay.systems import (
     DIRECT,
-    GATEWAY_REDIS,
     LITELLM,
     catalogue,
+    on_redis,
     start_redis,
 )
 
@@ -100,7 +100,7 @@ def _model(name: str) -> dict[str, str]:
 
 def _env(system: str, redis_url: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in REDIS_ENV}
-    if system == GATEWAY_REDIS and redis_url:
+    if on_redis(system) and redis_url:
         env["GATEWAY_REDIS_URL"] = redis_url
     if system == LITELLM:
         env = litellm_proxy.environment()
@@ -122,7 +122,7 @@ async def fleet(options: Options) -> AsyncIterator[Fleet]:
 
 async def _start_all(running: Fleet, options: Options) -> None:
     upstream = f"http://127.0.0.1:{running.backend.port}/v1"
-    if GATEWAY_REDIS in options.systems:
+    if any(on_redis(name) for name in options.systems):
         running.redis_url = options.redis_url or await _own_redis(running, options)
     specs = catalogue(options.policy, tuple(options.candidates))
     waits = [wait_ready(running.backend, "/health", 10.0)]

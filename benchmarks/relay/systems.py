@@ -21,6 +21,7 @@ LITELLM = "litellm"
 GATEWAY = "gateway-memory"
 GATEWAY_REDIS = "gateway-redis"
 CANDIDATE = "candidate:"  # + a directory name: the gateway from another tree (--candidate DIR)
+CANDIDATE_REDIS = "candidate-redis:"  # the same on the Redis store (--candidate-redis DIR)
 PYTHON = sys.executable
 
 
@@ -69,9 +70,19 @@ def catalogue(policy: str, candidates: tuple[str, ...] = ()) -> dict[str, Spec]:
         Spec(GATEWAY_REDIS, "slo-gateway, Redis store", _gateway(policy), "/readyz"),
         Spec(LITELLM, "LiteLLM proxy, 1 worker", _litellm, "/health/liveliness", 180.0),
     ]
-    specs += [Spec(name, f"slo-gateway from {name.removeprefix(CANDIDATE)}, memory store",
-                   _gateway(policy), "/readyz") for name in candidates]
+    specs += [Spec(name, _candidate_label(name), _gateway(policy), "/readyz")
+              for name in candidates]
     return {spec.name: spec for spec in specs}
+
+
+def _candidate_label(name: str) -> str:
+    if name.startswith(CANDIDATE_REDIS):
+        return f"slo-gateway from {name.removeprefix(CANDIDATE_REDIS)}, Redis store"
+    return f"slo-gateway from {name.removeprefix(CANDIDATE)}, memory store"
+
+
+def on_redis(name: str) -> bool:
+    return name == GATEWAY_REDIS or name.startswith(CANDIDATE_REDIS)
 
 
 FULL = (DIRECT, "aiohttp-aiohttp", FLOOR, "fastapi-httpx", "fastapi-httpx-aiohttp",

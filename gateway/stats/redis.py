@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
@@ -44,6 +44,17 @@ SCRIPTS = (
 )
 _VERDICTS: tuple[TenantVerdict, ...] = ("admitted", "requests", "tokens", "concurrency")
 _NO_LIMIT = -1
+
+
+class Write(NamedTuple):
+    """A write off the request path, batched by the write-behind (gateway/writebehind.py)."""
+
+    kind: Literal["acquire", "release", "observe"]
+    endpoint_id: str
+    request_id: str = ""
+    ttl_s: float = 0.0  # acquire
+    now: float = 0.0  # acquire
+    sample: LatencySample | None = None  # observe
 
 
 def _script_source(name: str) -> str:
@@ -90,6 +101,23 @@ class RedisStatsStore:
         _, count = await self._lease(self.keys.leases(endpoint_id), request_id, ttl_s, now)
         return count
 
+    async def write_batch(self, writes: Sequence[Write]) -> list[Any]:
+        """Lease takes and drops and observations, in order, in one pipeline (redis-py sends a
+        SCRIPT EXISTS first when it runs scripts): the write-behind's flush. The replies, in
+        order; a write Redis refused gets its exception as its reply."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for write in writes:
+                key = self.keys.leases(write.endpoint_id)
+                if write.kind == "release":
+                    pipe.zrem(key, write.request_id)
+                elif write.kind == "acquire":
+                    args = _lease_args(write.request_id, write.ttl_s, write.now, _NO_LIMIT)
+                    await self._scripts["lease_acquire"](keys=[key], args=args, client=pipe)
+                elif write.sample is not None:
+                    keys_, args = self._observe_call(write.endpoint_id, write.sample)
+                    await self._scripts["observe"](keys=keys_, args=args, client=pipe)
+            return list(await pipe.execute(raise_on_error=False))
+
     async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
         await self.client.zrem(self.keys.leases(endpoint_id), request_id)
 
@@ -118,11 +146,17 @@ class RedisStatsStore:
         return {eid: int(count) for eid, count in zip(endpoint_ids, counts, strict=True)}
 
     async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
+        keys_, args = self._observe_call(endpoint_id, sample)
+        await self._scripts["observe"](keys=keys_, args=args)
+
+    def _observe_call(
+        self, endpoint_id: str, sample: LatencySample
+    ) -> tuple[list[str], list[str | int | float]]:
         bucket = window.bucket_index(sample.at_s, self.bucket_s)
         args: list[str | int | float] = [keys.ttl_ms(self.window_s + self.bucket_s)]
         for name, amount in window.sample_fields(sample).items():
             args += [name, amount]
-        await self._scripts["observe"](keys=[self.keys.latency(endpoint_id, bucket)], args=args)
+        return [self.keys.latency(endpoint_id, bucket)], args
 
     async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
         _, total = await self._rate(key, cost, _NO_LIMIT, window_s, now)
@@ -197,9 +231,8 @@ class RedisStatsStore:
     async def _lease(
         self, key: str, request_id: str, ttl_s: float, now: float, limit: int = _NO_LIMIT
     ) -> tuple[bool, int]:
-        key_ttl = keys.ttl_ms(ttl_s + keys.TTL_MARGIN_S)
         held, count = await self._scripts["lease_acquire"](
-            keys=[key], args=[now, now + ttl_s, request_id, key_ttl, limit]
+            keys=[key], args=_lease_args(request_id, ttl_s, now, limit)
         )
         return bool(held), int(count)
 
@@ -215,6 +248,10 @@ class RedisStatsStore:
 
     def _health_ttl(self) -> int:
         return keys.ttl_ms(keys.HEALTH_TTL_S)
+
+
+def _lease_args(request_id: str, ttl_s: float, now: float, limit: int) -> list[Any]:
+    return [now, now + ttl_s, request_id, keys.ttl_ms(ttl_s + keys.TTL_MARGIN_S), limit]
 
 
 def _limit(value: int | None) -> int:

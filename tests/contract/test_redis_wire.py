@@ -12,7 +12,7 @@ from redis.crc import key_slot
 
 from gateway.stats.base import LatencySample, TenantQuota
 from gateway.stats.breaker import BreakerPolicy
-from gateway.stats.redis import SCRIPTS, RedisStatsStore
+from gateway.stats.redis import SCRIPTS, RedisStatsStore, Write
 
 pytestmark = pytest.mark.redis
 NOW = 1_000_000.0
@@ -80,6 +80,23 @@ async def test_each_hot_path_operation_is_one_round_trip(counted: RedisStatsStor
 
     for operation in (read, read_in_flight, acquire, observe, release):
         assert await round_trips(counted, operation) == 1, operation.__name__
+
+
+async def test_a_write_batch_is_two_round_trips_in_order(counted: RedisStatsStore) -> None:
+    """The write-behind's flush: many requests' takes, drops and observations in one pipeline
+    (plus redis-py's SCRIPT EXISTS), applied in order, so a drop after its take leaves no
+    lease and a take after a drop stays counted."""
+    writes = [Write("acquire", "a", f"r{i}", 30, NOW) for i in range(20)]
+    writes += [Write("observe", "a", sample=sample(NOW)) for _ in range(20)]
+    writes += [Write("release", "a", f"r{i}") for i in range(19)]
+
+    async def batch() -> None:
+        await counted.write_batch(writes)
+
+    assert await round_trips(counted, batch) == 2
+    assert await counted.read_in_flight(["a"], now=NOW) == {"a": 1}
+    stats = await counted.read(["a"], now=NOW)
+    assert stats["a"].latency.samples == 40
 
 
 async def exercise_every_key(store: RedisStatsStore) -> None:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
+from gateway import logs
 from gateway import record as records
 from gateway.logs import error_code, line, outcome
 from gateway.outcome import Finished
@@ -100,3 +107,73 @@ def test_notes_go_to_the_current_record_only() -> None:
         records.end(token)
     assert current() is None
     assert (record.tenant, record.endpoint_id, record.attempts) == ("acme", "vllm-b", 2)
+
+
+class Flushes(io.StringIO):
+    """A stdout that records what had been written each time it was flushed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed: list[str] = []
+
+    def flush(self) -> None:
+        self.flushed.append(self.getvalue())
+
+
+@pytest.fixture
+def stdout_only() -> Iterator[Flushes]:
+    """The request logger as the gateway configures it, over a stream that records flushes,
+    whatever other tests did to the logger."""
+    logger = logs.request_log
+    saved = (logger.handlers[:], logger.filters[:], logger.level, logger.disabled)
+    logger.handlers, logger.filters, logger.disabled = [], [], False
+    stream = Flushes()
+    previous = logs._stdout.setStream(stream)
+    logs.configure()
+    try:
+        yield stream
+    finally:
+        logs._stdout.setStream(previous)
+        logger.handlers, logger.filters, logger.level, logger.disabled = saved
+
+
+def only_stdout() -> None:
+    """pytest attaches its log capture to loggers once the test runs: take it off again."""
+    logs.request_log.handlers = [logs._stdout]
+
+
+async def test_lines_written_in_one_loop_iteration_share_one_flush(stdout_only: Flushes) -> None:
+    stream = stdout_only
+    only_stdout()
+    logs.emit(served())
+    logs.emit(served())
+    assert stream.flushed == []
+    await asyncio.sleep(0)
+    lines = stream.getvalue().splitlines()
+    assert [json.loads(text)["request_id"] for text in lines] == ["r1", "r1"]
+    assert stream.flushed == [stream.getvalue()]
+
+
+def test_the_time_is_iso_8601_utc_with_milliseconds() -> None:
+    for now in (1_700_000_000.0, 1_700_000_000.5, 1_700_000_059.999, time.time()):
+        expected = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
+        assert logs._timestamp(now) == expected
+
+
+def test_a_flush_left_pending_by_a_closed_loop_does_not_stop_later_ones(
+    stdout_only: Flushes,
+) -> None:
+    async def log_one() -> None:
+        logs.emit(served())
+
+    only_stdout()
+    asyncio.run(log_one())  # closes its loop, maybe before the flush ran
+    flushed = len(stdout_only.flushed)
+
+    async def log_and_wait() -> None:
+        logs.emit(served())
+        await asyncio.sleep(0)
+
+    asyncio.run(log_and_wait())
+    assert len(stdout_only.flushed) > flushed
+    assert stdout_only.flushed[-1] == stdout_only.getvalue()
