@@ -16,20 +16,33 @@ T = TypeVar("T")
 Spawn = Callable[[Coroutine[Any, Any, Any]], object]
 
 
+class Suspended(RuntimeError):
+    """A coroutine expected to finish at once (over a store that never suspends) suspended."""
+
+
+def run_to_completion(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that finishes without suspending, run in the caller (no event
+    loop needed: the offline simulator runs the live code this way in virtual time)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        result: T = finished.value
+        return result
+    coroutine.close()
+    raise Suspended(f"{coroutine!r} suspended; it was expected to finish at once")
+
+
 def run_now(coroutine: Coroutine[Any, Any, Any]) -> None:
     """Run, in the caller, a write known to finish without suspending (`state.writes_at_once`):
     a task per write cost more than most writes themselves (creating it, scheduling its step,
-    its done callback). Should one suspend after all, it is a bug: logged, never raised into
-    the request that made the write."""
+    its done callback). A failure, or a write that suspends after all (a bug), is logged, never
+    raised into the request that made the write."""
     try:
-        coroutine.send(None)
-    except StopIteration:
-        return
+        run_to_completion(coroutine)
+    except Suspended:
+        log.error("a write expected to finish at once suspended and was dropped: %r", coroutine)
     except Exception as exc:
         log.warning("write failed: %r", exc)
-        return
-    coroutine.close()
-    log.error("a write expected to finish at once suspended and was dropped: %r", coroutine)
 
 
 class Background:

@@ -25,11 +25,12 @@ the ranking by the router's own rules (`gateway.failover`: gives_up, backoff_s, 
 from __future__ import annotations
 
 import random
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from gateway.admission import AdmissionControl
+from gateway.background import run_to_completion
 from gateway.candidates import candidate_snapshots, only_candidates
 from gateway.errors import AttemptFailed
 from gateway.failover import answered_with_error
@@ -48,19 +49,6 @@ from gateway.stats.memory import MemoryStatsStore
 from policies.admission import Decision, Reject
 from policies.base import EndpointSnapshot, Ranking, RouteRequest
 from policies.registry import build as build_policy
-
-T = TypeVar("T")
-
-
-def run_to_completion(coroutine: Coroutine[Any, Any, T]) -> T:
-    """The result of a coroutine that finishes without suspending (MemoryStatsStore's)."""
-    try:
-        coroutine.send(None)
-    except StopIteration as finished:
-        result: T = finished.value
-        return result
-    coroutine.close()
-    raise RuntimeError("the stats store suspended; the offline simulator needs one that does not")
 
 
 def offline_config(scenario: Scenario, policy: Mapping[str, Any]) -> GatewayConfig:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.offline.gateway_model import run_to_completion
+from gateway.background import run_to_completion
 from gateway.offline.records import RequestRecord
 from gateway.offline.report import RunFacts, summarize
 from gateway.offline.scenario import EngineSpec, ProviderSpec, Scenario, TenantSpec, Traffic
