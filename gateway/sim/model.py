@@ -155,14 +155,16 @@ class EngineModel:
 
     def step(self) -> StepResult:
         result = StepResult(duration_s=0.0)
-        if not self.has_work:
+        if not (self._running or self._waiting):
             return result
         cost = _StepCost()
         budget = self._schedule_running(cost, result)
         if not result.preempted:
             self._admit(budget, cost, result)
         result.duration_s = self._duration_s(cost) if cost.sequences else 0.0
-        self._running = [seq for seq in self._running if seq.running]
+        if result.finished:
+            # Preempted sequences already left the batch: only finished ones are left to drop.
+            self._running = [seq for seq in self._running if seq.running]
         return result
 
     def snapshot(self) -> EngineSnapshot:
@@ -181,14 +183,36 @@ class EngineModel:
         )
 
     def _schedule_running(self, cost: _StepCost, result: StepResult) -> int:
+        # This loop runs for every sequence of every step (the offline simulator's hottest code),
+        # and most sequences decode one token, so that case is inlined with locals: no method or
+        # property calls, and the pool is consulted only when the context outgrows its blocks.
+        # Prefill chunks, block growth and preemption keep to the helpers below.
         budget = self.params.max_num_batched_tokens
-        index = 0
-        while index < len(self._running) and budget > 0:
-            seq = self._running[index]
-            if not self._ensure_blocks(seq, result):
+        block_size = self.params.block_size
+        emit = result.tokens_emitted.append
+        decoded = 0
+        decoded_context_tokens = 0
+        for seq in self._running:  # a preemption pops the tail, which ends the loop early
+            if budget <= 0:
+                break
+            generated = seq.generated
+            context = seq.prompt_tokens + generated
+            if context > seq.blocks * block_size and not self._ensure_blocks(seq, result):
                 break  # the sequence preempted itself: nothing after it is still running
-            budget -= self._run_chunk(seq, budget, cost, result)
-            index += 1
+            if generated and seq.computed == context - 1:
+                seq.computed = context
+                budget -= 1
+                decoded += 1
+                decoded_context_tokens += context
+                emit((seq.req_id, generated))
+                seq.generated = generated = generated + 1
+                if generated >= seq.max_tokens:
+                    self._finish(seq, result)
+            else:
+                budget -= self._run_chunk(seq, budget, cost, result)
+        cost.sequences += decoded
+        cost.context_tokens += decoded_context_tokens
+        self.generation_tokens_total += decoded
         return budget
 
     def _admit(self, budget: int, cost: _StepCost, result: StepResult) -> None:
@@ -236,10 +260,13 @@ class EngineModel:
         seq.generated += 1
         self.generation_tokens_total += 1
         if seq.generated >= seq.max_tokens:
-            seq.running = False
-            self._release(seq)
-            del self._by_id[seq.req_id]
-            result.finished.append(seq.req_id)
+            self._finish(seq, result)
+
+    def _finish(self, seq: _Sequence, result: StepResult) -> None:
+        seq.running = False
+        self._release(seq)
+        del self._by_id[seq.req_id]
+        result.finished.append(seq.req_id)
 
     def _preempt(self, seq: _Sequence, result: StepResult) -> None:
         self._release(seq)
