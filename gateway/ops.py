@@ -90,7 +90,7 @@ def endpoint_views(runtime: Runtime) -> list[dict[str, Any]]:
                 "phase": phase(runtime, eid),
                 "in_flight": stats.in_flight,
                 "saturation": _name(runtime.admission.states.get(eid)),
-                "engine": dataclasses.asdict(signals) if signals else None,
+                "engine": signals._asdict() if signals else None,
                 "estimate": dataclasses.asdict(stats.latency),
                 "estimate_age_s": None if refreshed is None else round(now - refreshed, 3),
                 "breaker": dataclasses.asdict(stats.breaker) | {"phase": stats.breaker.phase(now)},

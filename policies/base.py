@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal, Protocol
+from dataclasses import dataclass
+from typing import ClassVar, Literal, NamedTuple, Protocol
 
 EndpointKind = Literal["vllm", "openai"]
 
@@ -40,9 +40,12 @@ class RouteRequest:
     seq: int = 0  # a per-replica request counter, so rotation-based policies stay pure
 
 
-@dataclass(frozen=True, slots=True)
-class EngineSignals:
-    """Scraped engine gauges; each value is None when unknown or stale, with its age."""
+class EngineSignals(NamedTuple):
+    """Scraped engine gauges; each value is None when unknown or stale, with its age.
+
+    A NamedTuple, like `EndpointSnapshot`: both are built per endpoint per request, where a
+    frozen dataclass's __init__ costs 3-4x more (one object.__setattr__ per field).
+    """
 
     waiting: float | None = None
     running: float | None = None
@@ -84,8 +87,13 @@ class LatencyEstimate:
         return self.errors / self.samples if self.samples else 0.0
 
 
-@dataclass(frozen=True, slots=True)
-class EndpointSnapshot:
+_NO_ESTIMATE = LatencyEstimate()  # the shared default: frozen, so one instance serves all
+
+
+class EndpointSnapshot(NamedTuple):
+    """One candidate endpoint as a policy sees it (immutable; a NamedTuple for construction
+    speed, see `EngineSignals`: compare and copy it by field, `_replace`, not as a tuple)."""
+
     endpoint_id: str
     kind: EndpointKind
     healthy: bool = True
@@ -95,7 +103,7 @@ class EndpointSnapshot:
     input_price_per_1m: float = 0.0
     output_price_per_1m: float = 0.0
     engine: EngineSignals | None = None
-    latency: LatencyEstimate = field(default_factory=LatencyEstimate)
+    latency: LatencyEstimate = _NO_ESTIMATE
 
     @property
     def self_hosted(self) -> bool:

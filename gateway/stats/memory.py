@@ -18,6 +18,7 @@ from gateway.stats.rate import slot_range
 from policies.base import LatencyEstimate
 
 _Fields = dict[str, float]
+_CLOSED = BreakerState()  # an endpoint with no breaker record yet (frozen: one serves all)
 
 
 class MemoryStatsStore:
@@ -115,13 +116,13 @@ class MemoryStatsStore:
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
     ) -> BreakerState:
-        state = self._breakers.get(endpoint_id, BreakerState())
+        state = self._breakers.get(endpoint_id, _CLOSED)
         state = after_result(state, ok=ok, now=now, policy=policy)
         self._breakers[endpoint_id] = state
         return state
 
     async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
-        state = self._breakers.get(endpoint_id, BreakerState())
+        state = self._breakers.get(endpoint_id, _CLOSED)
         claimed = after_trial_claim(state, now=now, policy=policy)
         if claimed is None:
             return False
@@ -151,10 +152,10 @@ class MemoryStatsStore:
 
     def _stats(self, endpoint_id: str, now: float) -> EndpointStats:
         return EndpointStats(
-            in_flight=self._leases.count(endpoint_id, now),
-            latency=self._latency(endpoint_id, window.bucket_index(now, self.bucket_s)),
-            breaker=self._breakers.get(endpoint_id, BreakerState()),
-            cooldown_until_s=self._cooldowns.get(endpoint_id, 0.0),
+            self._leases.count(endpoint_id, now),
+            self._latency(endpoint_id, window.bucket_index(now, self.bucket_s)),
+            self._breakers.get(endpoint_id, _CLOSED),
+            self._cooldowns.get(endpoint_id, 0.0),
         )
 
     def _latency(self, endpoint_id: str, newest: int) -> LatencyEstimate:

@@ -198,13 +198,21 @@ def _tpot(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, floa
     }
 
 
+# Every histogram field name ("ht:12") with its histogram and index, parsed once: an estimate is
+# rebuilt from ~60 merged fields whenever an endpoint's window changes.
+_HISTOGRAM_FIELDS = {
+    f"{h.field}:{i}": (h.field, i) for h in (TTFT_HISTOGRAM, TPOT_HISTOGRAM) for i in range(h.size + 1)
+}
+
+
 def _histograms(w: Mapping[str, float]) -> dict[str, dict[int, float]]:
     """Histogram fields ("ht:12") grouped by histogram: {"ht": {12: count}, ...}."""
-    found: dict[str, dict[int, float]] = {}
+    found: dict[str, dict[int, float]] = {TTFT_HISTOGRAM.field: {}, TPOT_HISTOGRAM.field: {}}
+    fields = _HISTOGRAM_FIELDS
     for name, value in w.items():
-        field, _, index = name.partition(":")
-        if index:
-            found.setdefault(field, {})[int(index)] = value
+        parsed = fields.get(name)
+        if parsed is not None:
+            found[parsed[0]][parsed[1]] = value
     return found
 
 

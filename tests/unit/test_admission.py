@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 
 import pytest
 
@@ -113,9 +112,9 @@ def test_hysteresis_stops_flapping_around_the_threshold() -> None:
 
 
 def test_pool_states_carry_over_by_endpoint_id() -> None:
-    hot = replace(replica(kv=0.85, waiting=0), endpoint_id="hot")  # pressure 1.06
-    cooling = replace(replica(kv=0.75, waiting=0), endpoint_id="cooling")  # 0.94: within band
-    fresh = replace(replica(kv=0.75, waiting=0), endpoint_id="fresh")  # never seen: from OPEN
+    hot = replica(kv=0.85, waiting=0)._replace(endpoint_id="hot")  # pressure 1.06
+    cooling = replica(kv=0.75, waiting=0)._replace(endpoint_id="cooling")  # 0.94: within band
+    fresh = replica(kv=0.75, waiting=0)._replace(endpoint_id="fresh")  # never seen: from OPEN
     states = next_saturations({"cooling": FULL, "gone": FULL}, [hot, cooling, fresh], PARAMS)
     assert states == {"hot": FULL, "cooling": FULL, "fresh": RESERVED}
 

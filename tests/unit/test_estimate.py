@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -23,7 +22,9 @@ def request(prompt_tokens: int = 1000, max_tokens: int | None = 100) -> RouteReq
 
 
 def endpoint(**fields: Any) -> EndpointSnapshot:
-    return replace(EndpointSnapshot("e1", "vllm"), **fields)
+    # Its own statistics object unless given: the estimator keeps each endpoint id's fit until
+    # the object changes, and these cases reuse the id "e1" with other kinds and limits.
+    return EndpointSnapshot("e1", "vllm", latency=LatencyEstimate())._replace(**fields)
 
 
 def engine(waiting: float = 0, running: float = 0, age_s: float = 0.0) -> EngineSignals:
