@@ -13,17 +13,15 @@ record, or `drain_s` after the last arrival at the latest.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
-from dataclasses import asdict
 from typing import ClassVar
 
 import gevent
 import requests
 from locust import HttpUser, LoadTestShape, constant, task
 
-from gateway.offline.records import RequestRecord, classify
+from gateway.offline.records import RequestRecord, classify, record_line
 from loadtests.plan import Plan, PlannedCall
 from loadtests.stream import Measured, measure, request_body
 
@@ -57,7 +55,7 @@ class Replay:
     def record(self, record: RequestRecord) -> None:
         # appended and closed at once: a record survives whatever happens to Locust later
         with open(self.plan.records, "a") as out:
-            out.write(json.dumps(asdict(record)) + "\n")
+            out.write(record_line(record))
         self.recorded += 1
 
     @property

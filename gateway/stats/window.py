@@ -201,7 +201,9 @@ def _tpot(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, floa
 # Every histogram field name ("ht:12") with its histogram and index, parsed once: an estimate is
 # rebuilt from ~60 merged fields whenever an endpoint's window changes.
 _HISTOGRAM_FIELDS = {
-    f"{h.field}:{i}": (h.field, i) for h in (TTFT_HISTOGRAM, TPOT_HISTOGRAM) for i in range(h.size + 1)
+    f"{h.field}:{i}": (h.field, i)
+    for h in (TTFT_HISTOGRAM, TPOT_HISTOGRAM)
+    for i in range(h.size + 1)
 }
 
 
