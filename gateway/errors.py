@@ -109,11 +109,17 @@ class AttemptFailed(Exception):
     """One endpoint failed before the first byte; the next one in the ranking may be tried."""
 
     def __init__(
-        self, endpoint_id: str, reason: str, *, status: int = 0, retry_after_s: float | None = None
+        self,
+        endpoint_id: str,
+        reason: str,
+        *,
+        status: int = 0,
+        retry_after_s: float | None = None,
+        quota_exhausted: bool = False,
     ) -> None:
         super().__init__(f"{endpoint_id}: {reason}")
         self.endpoint_id = endpoint_id
         self.reason = reason
         self.status = status  # 0: no answer (refused, reset, or the first-byte timeout)
         self.retry_after_s = retry_after_s
-        self.quota_exhausted = False
+        self.quota_exhausted = quota_exhausted  # out of quota: not worth another try

@@ -30,11 +30,13 @@ def answered_with_error(
 ) -> AttemptFailed:
     """The failure an error answer (5xx, 429, 3xx) counts as, as `classify_error` reads it."""
     verdict = classify_error(status, headers, body, now=now)
-    failure = AttemptFailed(
-        endpoint_id, f"status_{status}", status=status, retry_after_s=verdict.cooldown_s
+    return AttemptFailed(
+        endpoint_id,
+        f"status_{status}",
+        status=status,
+        retry_after_s=verdict.cooldown_s,
+        quota_exhausted=verdict.unavailable,
     )
-    failure.quota_exhausted = verdict.unavailable
-    return failure
 
 
 def gives_up(

@@ -32,7 +32,8 @@ class LocalLeases:
 
     def take(self, endpoint_id: str, request_id: str, tokens: int) -> None:
         self.view.started(endpoint_id, tokens)
-        self._held[(endpoint_id, request_id)] = (tokens, self.view.stats(endpoint_id).in_flight)
+        in_flight = self.view.in_flight(endpoint_id, self.view.shared(endpoint_id))
+        self._held[(endpoint_id, request_id)] = (tokens, in_flight)
 
     def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int:
         """Gateway-wide in-flight on the endpoint when this lease was taken, itself included."""

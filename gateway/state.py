@@ -21,8 +21,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError
-
 from gateway.stats.base import (
     EndpointStats,
     LatencySample,
@@ -32,14 +30,13 @@ from gateway.stats.base import (
 )
 from gateway.stats.breaker import BreakerPolicy, BreakerState
 from gateway.stats.memory import MemoryStatsStore
-from gateway.stats.redis import RedisStatsStore, Write
+from gateway.stats.redis import FAILURES, RedisStatsStore, Write
 from gateway.telemetry import log
 from gateway.writebehind import WriteBehind
 
 T = TypeVar("T")
 Release = Callable[[StatsStore], Awaitable[None]]
 _NO_STATS = EndpointStats()
-_FAILURES = (RedisError, OSError, TimeoutError)
 WATCH_INTERVAL_S = 1.0
 CONFIRM_PINGS = 3  # failed pings in a row that mark Redis down (see ResilientStore._suspect)
 
@@ -77,7 +74,7 @@ class ResilientStore:
             try:
                 async with asyncio.timeout(self.timeout_s):
                     return await op(self.primary)
-            except _FAILURES as exc:
+            except FAILURES as exc:
                 if decides:
                     self._suspect(exc)
         return await op(self.fallback)
@@ -100,7 +97,7 @@ class ResilientStore:
                 async with asyncio.timeout(self.timeout_s):
                     await self._ping()
                 return  # Redis answered: the failure was the load's, not Redis's
-            except _FAILURES as failure:
+            except FAILURES as failure:
                 exc = failure
         self._mark_down(exc)
 
@@ -123,7 +120,7 @@ class ResilientStore:
                 await self._ping()
                 for release in self._unreleased:
                     await release(self.primary)
-        except _FAILURES:
+        except FAILURES:
             return
         self._unreleased.clear()
         self.up = True
@@ -137,7 +134,7 @@ class ResilientStore:
                 async with asyncio.timeout(self.timeout_s):
                     await release(self.primary)
                 return
-            except _FAILURES:
+            except FAILURES:
                 pass  # replayed by the watch once Redis answers a ping
         self._unreleased.append(release)
 
@@ -235,7 +232,7 @@ class ResilientStore:
         if self.writes is not None and self.up:
             try:
                 await self.writes.close()
-            except _FAILURES as exc:
+            except FAILURES as exc:
                 log.debug("final write batch failed: %r", exc)
         await self.primary.close()
         await self.fallback.close()
@@ -290,7 +287,7 @@ class SharedView:
         while True:
             try:
                 await self.refresh()
-            except _FAILURES as exc:
+            except FAILURES as exc:
                 log.debug("shared view refresh failed: %r", exc)
             await asyncio.sleep(self.refresh_s)
 

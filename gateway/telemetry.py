@@ -6,52 +6,48 @@ Labels never carry secrets: endpoint ids, public model names, tenant names and c
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Self, TypeVar
+from typing import Self
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as _Counter
 from prometheus_client import Gauge as _Gauge
 from prometheus_client import Histogram as _Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 log = logging.getLogger("slo_gateway")
-_M = TypeVar("_M")
 
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 TPOT_BUCKETS_S = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0)
 DECISION_BUCKETS_S = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2)
 
 
-def _child(metric: object, values: tuple[object, ...], make: Callable[..., _M]) -> _M:
+class _RememberedLabels(MetricWrapperBase):
     """`labels(...)` through a dict: prometheus_client validates, stringifies and locks on every
     call (several per request); the children it returns live as long as the metric, since the
-    gateway never removes a label set."""
-    children: dict[tuple[object, ...], _M] = metric.__dict__.setdefault("_children_by_values", {})
-    child = children.get(values)
-    if child is None:
-        child = children[values] = make(*values)
-    return child
+    gateway never removes a label set. Mixed in before the metric class."""
 
-
-class Counter(_Counter):
     def labels(self, *labelvalues: object, **labelkwargs: object) -> Self:
         if labelkwargs:
             return super().labels(*labelvalues, **labelkwargs)
-        return _child(self, labelvalues, super().labels)
+        children: dict[tuple[object, ...], Self] = self.__dict__.setdefault(
+            "_children_by_values", {}
+        )
+        child = children.get(labelvalues)
+        if child is None:
+            child = children[labelvalues] = super().labels(*labelvalues)
+        return child
 
 
-class Gauge(_Gauge):
-    def labels(self, *labelvalues: object, **labelkwargs: object) -> Self:
-        if labelkwargs:
-            return super().labels(*labelvalues, **labelkwargs)
-        return _child(self, labelvalues, super().labels)
+class Counter(_RememberedLabels, _Counter):
+    pass
 
 
-class Histogram(_Histogram):
-    def labels(self, *labelvalues: object, **labelkwargs: object) -> Self:
-        if labelkwargs:
-            return super().labels(*labelvalues, **labelkwargs)
-        return _child(self, labelvalues, super().labels)
+class Gauge(_RememberedLabels, _Gauge):
+    pass
+
+
+class Histogram(_RememberedLabels, _Histogram):
+    pass
 
 
 class Metrics:

@@ -14,13 +14,10 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import RedisError
-
-from gateway.stats.redis import RedisStatsStore, Write
+from gateway.stats.redis import FAILURES, RedisStatsStore, Write
 from gateway.telemetry import log
 
 FLUSH_S = 0.002  # how long a batch gathers: a fraction of a request's time, many requests' writes
-_FAILURES = (RedisError, OSError, TimeoutError)
 Failed = Callable[[list[Write], BaseException], Awaitable[None]]
 
 
@@ -73,7 +70,7 @@ class WriteBehind:
         except asyncio.CancelledError:
             self._queue[:0] = batch  # stopped mid-flush (`close`): sent again by the last flush
             raise
-        except _FAILURES as exc:
+        except FAILURES as exc:
             # Unknown which writes landed: each is idempotent on Redis (a lease is a sorted-set
             # member) except an observation, which is then kept locally only.
             await self.on_failed(batch, exc)

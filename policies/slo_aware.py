@@ -51,16 +51,15 @@ class Params(BaseModel):
     estimate: EstimateParams = EstimateParams()
 
 
-def headroom(slo: SloTarget, prediction: Prediction, scale: float = 1.0) -> float:
-    """Fraction of the tightest target left over at the p95 (times `scale`); negative when it
-    is missed."""
+def headroom(slo: SloTarget, prediction: Prediction) -> float:
+    """Fraction of the tightest target left over at the p95; negative when it is missed."""
     room = math.inf
     if slo.ttft_s is not None:
-        room = 1 - scale * prediction.ttft_p95_s / slo.ttft_s
+        room = 1 - prediction.ttft_p95_s / slo.ttft_s
     if slo.tpot_s is not None:
-        room = min(room, 1 - scale * prediction.tpot_p95_s / slo.tpot_s)
+        room = min(room, 1 - prediction.tpot_p95_s / slo.tpot_s)
     if slo.deadline_s is not None:
-        room = min(room, 1 - scale * prediction.e2e_p95_s / slo.deadline_s)
+        room = min(room, 1 - prediction.e2e_p95_s / slo.deadline_s)
     return room
 
 

@@ -155,7 +155,7 @@ class EngineModel:
 
     def step(self) -> StepResult:
         result = StepResult(duration_s=0.0)
-        if not (self._running or self._waiting):
+        if not self.has_work:
             return result
         cost = _StepCost()
         budget = self._schedule_running(cost, result)

@@ -26,6 +26,7 @@ from typing import Any, Literal, NamedTuple
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import RedisError
 
 from gateway.stats import keys, window
 from gateway.stats.base import EndpointStats, LatencySample, TenantQuota, TenantVerdict
@@ -44,6 +45,8 @@ SCRIPTS = (
 )
 _VERDICTS: tuple[TenantVerdict, ...] = ("admitted", "requests", "tokens", "concurrency")
 _NO_LIMIT = -1
+# What a failed call to Redis raises: its own errors, a dropped connection, a timeout.
+FAILURES = (RedisError, OSError, TimeoutError)
 
 
 class Write(NamedTuple):

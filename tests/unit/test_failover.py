@@ -21,9 +21,10 @@ SERVER = ServerConfig(max_attempts=3, max_retry_after_s=5.0)
 def failed(
     status: int = 503, *, retry_after_s: float | None = None, quota: bool = False
 ) -> AttemptFailed:
-    failure = AttemptFailed("a", f"status_{status}", status=status, retry_after_s=retry_after_s)
-    failure.quota_exhausted = quota
-    return failure
+    reason = f"status_{status}"
+    return AttemptFailed(
+        "a", reason, status=status, retry_after_s=retry_after_s, quota_exhausted=quota
+    )
 
 
 @pytest.mark.parametrize(

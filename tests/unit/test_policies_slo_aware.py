@@ -265,9 +265,6 @@ def test_headroom_is_the_tightest_fraction_of_the_slo_left(
 ) -> None:
     prediction = Prediction(0.0, ttft_p95_s, 0.0, tpot_p95_s, 100, 0.0, False)
     assert headroom(slo, prediction) == pytest.approx(expected)
-    # scaled: the optimistic bound of an uncertain prediction
-    optimistic = headroom(slo, prediction, 0.5)
-    assert optimistic == expected if expected == float("inf") else optimistic > expected
 
 
 def cold_and_warm() -> tuple[EndpointSnapshot, ...]:
