@@ -85,8 +85,14 @@ def _endpoint(endpoint_id: str, rng: random.Random) -> EndpointSnapshot:
 def requests(rng: random.Random) -> list[RouteRequest]:
     return [
         RouteRequest(
-            f"r{i}", "m", "t", rng.choice(CLASSES), prompt_tokens=rng.choice([50, 800, 6000]),
-            max_tokens=rng.choice([None, 128, 1024]), stream=rng.random() < 0.7, seq=i,
+            f"r{i}",
+            "m",
+            "t",
+            rng.choice(CLASSES),
+            prompt_tokens=rng.choice([50, 800, 6000]),
+            max_tokens=rng.choice([None, 128, 1024]),
+            stream=rng.random() < 0.7,
+            seq=i,
         )
         for i in range(DECISIONS)
     ]
@@ -115,8 +121,7 @@ def time_decisions(
     return costs_us
 
 
-def measure(endpoints: list[EndpointSnapshot], batch: list[RouteRequest]
-            ) -> dict[str, list[float]]:
+def measure(endpoints: list[EndpointSnapshot], batch: list[RouteRequest]) -> dict[str, list[float]]:
     """Rounds interleave the variants, so load from other processes spreads over all of them."""
     variants: list[str | None] = [None, *sorted(POLICIES)]
     costs: dict[str, list[float]] = {str(v): [] for v in variants}

@@ -42,9 +42,9 @@ import httpx
 import redis
 import yaml
 
-from gateway.demo import demo_config
+from gateway.server.demo import demo_config
 from gateway.sim.fleet import FleetConfig, api_key_environment, demo_fleet
-from gateway.stats.keys import KeySpace
+from gateway.state.keys import KeySpace
 from tests.fixtures.redis import delete_prefix, running_redis_url
 
 TENANTS = {"SOAK_KEY_A": "sk-soak-tenant-a", "SOAK_KEY_B": "sk-soak-tenant-b"}

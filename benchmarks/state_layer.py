@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
 
-from gateway.stats.base import LatencySample, StatsStore
-from gateway.stats.memory import MemoryStatsStore
-from gateway.stats.redis import RedisStatsStore
+from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.redis_store import RedisStatsStore
+from gateway.state.store import LatencySample, StatsStore
 from tests.fixtures.redis import delete_prefix, running_redis_url
 
 ENDPOINTS = ["ep-a", "ep-b", "ep-c", "ep-d"]

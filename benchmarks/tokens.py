@@ -15,7 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from gateway.tokens import estimate_prompt_tokens
+from gateway.core.tokens import estimate_prompt_tokens
 
 PROMPT_TOKENS = 32_000
 CHARS = PROMPT_TOKENS * 4
@@ -30,9 +30,7 @@ def bodies() -> dict[str, dict[str, Any]]:
         "1 message": {"messages": [{"role": "user", "content": text}]},
         "256 messages": {"messages": [{"role": "user", "content": c} for c in chunks]},
         "256 text parts": {
-            "messages": [
-                {"role": "user", "content": [{"type": "text", "text": c} for c in chunks]}
-            ]
+            "messages": [{"role": "user", "content": [{"type": "text", "text": c} for c in chunks]}]
         },
     }
 

@@ -1,8 +1,8 @@
 """Write the gateway's config schema into the Helm chart's values.schema.json.
 
 The chart's `config` value is the gateway's YAML config, so its schema is generated from
-`gateway.settings.GatewayConfig` rather than written twice: `helm install` then rejects a typo
-or a wrong type with the same rules the gateway applies at startup. The rest of
+`gateway.config.settings.GatewayConfig` rather than written twice: `helm install` then rejects
+a typo or a wrong type with the same rules the gateway applies at startup. The rest of
 values.schema.json is written by hand; this replaces only `properties.config` and `$defs`.
 
     python deploy/values_schema.py          # rewrite the chart's values.schema.json
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gateway.settings import GatewayConfig
+from gateway.config.settings import GatewayConfig
 
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "helm/slo-gateway/values.schema.json"
 

@@ -11,7 +11,7 @@
     └── UpstreamError (502 / 504)     the last endpoint tried failed before the first byte
 
     AttemptFailed (internal)          one endpoint failed before its first byte; the router
-                                      fails over (gateway/failover.py) and it never reaches
+                                      fails over (gateway/core/failover.py) and it never reaches
                                       the client as such
 
 Foreign errors (httpx, aiohttp, pydantic, redis) are mapped to these at the boundary that sees them.

@@ -15,10 +15,10 @@ from types import TracebackType
 
 import httpx
 
-from gateway.app import create_app
+from gateway.config.settings import Settings, parse_config
 from gateway.offline.scenario import Scenario, tenant_key_env
-from gateway.serving import make_server
-from gateway.settings import Settings, parse_config
+from gateway.server.app import create_app
+from gateway.server.serving import make_server
 from gateway.sim.fleet import FleetConfig, api_key_environment, gateway_endpoints, serve_fleet
 
 HOST = "127.0.0.1"

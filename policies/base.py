@@ -2,7 +2,7 @@
 
 A policy is pure: it reads a `RouteRequest` and one `EndpointSnapshot` per candidate and returns
 a `Ranking`. No I/O, no clock reads, no metrics or logs; randomness only through the
-`random.Random` the caller injects. The orchestrator (`gateway/router.py`) has already dropped
+`random.Random` the caller injects. The orchestrator (`gateway/server/router.py`) has already dropped
 unhealthy endpoints, handles an empty ranking, and times the call.
 """
 
@@ -62,7 +62,7 @@ class LatencyEstimate:
 
     TTFT is modelled as `ttft_base_s + ttft_per_token_s * prompt_tokens` and TPOT as
     `tpot_base_s + tpot_per_in_flight_s * in_flight` (least-squares fits over the window, recent
-    buckets weighted more; see gateway/stats/window.py); `samples` lets a policy tell a cold
+    buckets weighted more; see gateway/state/window.py); `samples` lets a policy tell a cold
     endpoint from a fast one.
     """
 

@@ -46,17 +46,30 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="rounds to take medians over (3; quick 1)")
     parser.add_argument("--seconds", type=float, help="open-loop phase length (4; quick 0.2)")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per streamed answer")
-    parser.add_argument("--events-per-write", type=int, default=1,
-                        help="SSE events the mock flushes at once (0: whole stream)")
+    parser.add_argument(
+        "--events-per-write",
+        type=int,
+        default=1,
+        help="SSE events the mock flushes at once (0: whole stream)",
+    )
     parser.add_argument("--policy", default="slo_aware", help="the gateway's routing policy")
     parser.add_argument("--redis-url", help="use this Redis instead of starting one")
     parser.add_argument("--litellm", action="store_true", help="include LiteLLM in --quick")
     parser.add_argument("--no-litellm", action="store_true", help="leave LiteLLM out")
-    parser.add_argument("--candidate", type=Path, action="append", default=[],
-                        help="also run the gateway from this source tree (an A/B of a change; "
-                        "repeatable)")
-    parser.add_argument("--candidate-redis", type=Path, action="append", default=[],
-                        help="also run the gateway from this source tree on the Redis store")
+    parser.add_argument(
+        "--candidate",
+        type=Path,
+        action="append",
+        default=[],
+        help="also run the gateway from this source tree (an A/B of a change; repeatable)",
+    )
+    parser.add_argument(
+        "--candidate-redis",
+        type=Path,
+        action="append",
+        default=[],
+        help="also run the gateway from this source tree on the Redis store",
+    )
     parser.add_argument("--out", type=Path, default=Path("reports"))
     return parser.parse_args(argv)
 
@@ -105,8 +118,10 @@ def machine() -> str:
 
 
 def versions(systems: tuple[str, ...]) -> dict[str, str]:
-    found = {name: metadata.version(name) for name in
-             ("fastapi", "uvicorn", "aiohttp", "httpx", "httpx-aiohttp", "uvloop", "redis")}
+    found = {
+        name: metadata.version(name)
+        for name in ("fastapi", "uvicorn", "aiohttp", "httpx", "httpx-aiohttp", "uvloop", "redis")
+    }
     if LITELLM in systems:
         found["litellm"] = litellm_proxy.version()
     return found
@@ -114,32 +129,44 @@ def versions(systems: tuple[str, ...]) -> dict[str, str]:
 
 def describe(opts: Options) -> str:
     flush = opts.events_per_write or "all"
-    return (f"{opts.repeats} repeats; open-loop phases {opts.open_s:g} s, closed-loop "
-            f"{opts.closed_s:g} s; {opts.tokens} tokens per stream, {flush} event(s) per write; "
-            f"policy {opts.policy}; proxy on core {opts.proxy_core}, mock, Redis and load "
-            f"generator on core {opts.load_core}")
+    return (
+        f"{opts.repeats} repeats; open-loop phases {opts.open_s:g} s, closed-loop "
+        f"{opts.closed_s:g} s; {opts.tokens} tokens per stream, {flush} event(s) per write; "
+        f"policy {opts.policy}; proxy on core {opts.proxy_core}, mock, Redis and load "
+        f"generator on core {opts.load_core}"
+    )
 
 
 def assemble(raw: dict[str, Any], opts: Options, quick: bool) -> dict[str, Any]:
     specs = catalogue(opts.policy, tuple(opts.candidates))
-    labels = {name: specs[name].label if name in specs else "direct to the mock endpoint"
-              for name in opts.systems}
+    labels = {
+        name: specs[name].label if name in specs else "direct to the mock endpoint"
+        for name in opts.systems
+    }
     summary = report.summarise(raw["records"], opts.systems)
     for name, sizes in raw["rss"].items():
-        summary[name] |= {"rss_idle_mb": sizes.get("idle_mb"),
-                          "rss_loaded_mb": sizes.get("loaded_mb")}
-    notes = [f"Run took {raw['elapsed_s']} s; the harness itself used "
-             f"{raw['harness_cpu_s']} CPU-s."]
+        summary[name] |= {
+            "rss_idle_mb": sizes.get("idle_mb"),
+            "rss_loaded_mb": sizes.get("loaded_mb"),
+        }
+    notes = [
+        f"Run took {raw['elapsed_s']} s; the harness itself used {raw['harness_cpu_s']} CPU-s."
+    ]
     if raw["redis_keys"] is not None:
         notes.append(f"Redis store check: {raw['redis_keys']} gateway keys in Redis after the run.")
     for name, count in raw["store_fallbacks"].items():
-        notes.append(f"WARNING: {name} fell back from Redis to local state {count} time(s) "
-                     "during the run (see its log): its figures are partly the memory store's.")
+        notes.append(
+            f"WARNING: {name} fell back from Redis to local state {count} time(s) "
+            "during the run (see its log): its figures are partly the memory store's."
+        )
     return {
-        "meta": {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                 "machine": machine(),
-                 "command": " ".join(["python -m benchmarks.relay", *sys.argv[1:]]),
-                 "settings": describe(opts), "versions": versions(opts.systems)},
+        "meta": {
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": machine(),
+            "command": " ".join(["python -m benchmarks.relay", *sys.argv[1:]]),
+            "settings": describe(opts),
+            "versions": versions(opts.systems),
+        },
         "labels": labels,
         "summary": summary,
         "saturated": {s: report.saturated(raw["records"], s) for s in opts.systems},

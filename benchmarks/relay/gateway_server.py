@@ -18,8 +18,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from benchmarks.relay.backend import KEY_PREFIX, PUBLIC_MODEL, TENANT_KEY, UPSTREAM_MODEL
-from gateway.app import create_app
-from gateway.settings import Settings, parse_config
+from gateway.config.settings import Settings, parse_config
+from gateway.server.app import create_app
 
 TENANT_KEY_ENV = "BENCH_TENANT_KEY"
 

@@ -44,8 +44,9 @@ def ensure_installed(log: Path) -> Path:
     with log.open("w") as out:
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
         pip = [str(VENV / "bin" / "pip"), "install", "--disable-pip-version-check"]
-        subprocess.run([*pip, REQUIREMENT], check=True, stdout=out, stderr=out,
-                       timeout=INSTALL_TIMEOUT_S)
+        subprocess.run(
+            [*pip, REQUIREMENT], check=True, stdout=out, stderr=out, timeout=INSTALL_TIMEOUT_S
+        )
     return executable()
 
 
@@ -74,8 +75,19 @@ def write_config(directory: Path, upstream_url: str) -> Path:
 
 
 def command(config: Path, port: int) -> list[str]:
-    return [str(executable()), "--config", str(config), "--host", "127.0.0.1",
-            "--port", str(port), "--num_workers", "1", "--telemetry", "False"]
+    return [
+        str(executable()),
+        "--config",
+        str(config),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num_workers",
+        "1",
+        "--telemetry",
+        "False",
+    ]
 
 
 def environment() -> dict[str, str]:

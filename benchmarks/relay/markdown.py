@@ -42,12 +42,14 @@ def _table(header: Sequence[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def absolute(summary: dict[str, Figures], labels: dict[str, str],
-             saturated: dict[str, list[str]]) -> list[str]:
+def absolute(
+    summary: dict[str, Figures], labels: dict[str, str], saturated: dict[str, list[str]]
+) -> list[str]:
     rows = []
     for system, figures in summary.items():
-        name = labels[system] + (f" (saturated: {', '.join(saturated[system])})"
-                                 if saturated.get(system) else "")
+        name = labels[system] + (
+            f" (saturated: {', '.join(saturated[system])})" if saturated.get(system) else ""
+        )
         rows.append([name, *(number(figures.get(key), d) for _, key, d in ABSOLUTE)])
     return _table(["system", *(label for label, _, _ in ABSOLUTE)], rows)
 
@@ -64,31 +66,58 @@ def target_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def load_table(summary: dict[str, Figures], labels: dict[str, str]) -> list[str]:
-    rows = [[labels[s], number(f.get("loadgen_share_max"), 2),
-             number(f.get("load_core_share_max"), 2), number(f.get("proxy_core_share"), 2)]
-            for s, f in summary.items()]
-    header = ["system", "load generator CPU share (max)", "load core busy (max)",
-              "proxy core share at 64 in flight"]
+    rows = [
+        [
+            labels[s],
+            number(f.get("loadgen_share_max"), 2),
+            number(f.get("load_core_share_max"), 2),
+            number(f.get("proxy_core_share"), 2),
+        ]
+        for s, f in summary.items()
+    ]
+    header = [
+        "system",
+        "load generator CPU share (max)",
+        "load core busy (max)",
+        "proxy core share at 64 in flight",
+    ]
     return _table(header, rows)
 
 
 def micro_table(micro: dict[str, Any]) -> list[str]:
-    rows = [[case, number(r.get("json_us"), 1), number(r.get("orjson_us"), 1),
-             number(r.get("speedup"), 1)] for case, r in micro.items()]
+    rows = [
+        [
+            case,
+            number(r.get("json_us"), 1),
+            number(r.get("orjson_us"), 1),
+            number(r.get("speedup"), 1),
+        ]
+        for case, r in micro.items()
+    ]
     return _table(["JSON work per request", "json µs", "orjson µs", "speedup"], rows)
 
 
 def render(result: dict[str, Any]) -> str:
     meta, labels = result["meta"], result["labels"]
-    lines = [f"# Relay overhead, {meta['date']}", "",
-             f"Machine: {meta['machine']}. Command: `{meta['command']}`.",
-             f"Settings: {meta['settings']}.", "",
-             "## Figures (medians over repeats; added = minus direct in the same repeat)", ""]
+    lines = [
+        f"# Relay overhead, {meta['date']}",
+        "",
+        f"Machine: {meta['machine']}. Command: `{meta['command']}`.",
+        f"Settings: {meta['settings']}.",
+        "",
+        "## Figures (medians over repeats; added = minus direct in the same repeat)",
+        "",
+    ]
     lines += absolute(result["summary"], labels, result["saturated"])
     for reference, title in ((FLOOR, "the floor (FastAPI + aiohttp)"), (LITELLM, "LiteLLM")):
         if result["ratios"].get(reference):
-            lines += ["", f"## Ratios against {title}", "",
-                      "Throughput: higher is better. Latency and CPU: lower is better.", ""]
+            lines += [
+                "",
+                f"## Ratios against {title}",
+                "",
+                "Throughput: higher is better. Latency and CPU: lower is better.",
+                "",
+            ]
             lines += ratio_table(result["ratios"][reference], labels)
     lines += ["", "## Targets (issue 9)", "", *target_table(result["targets"])]
     lines += ["", "## Load generator and load core", "", *load_table(result["summary"], labels)]

@@ -74,6 +74,10 @@ def measure(quick: bool) -> dict[str, dict[str, Any]]:
     results = {}
     for name, slow, fast, raw in cases:
         json_us, orjson_us = _time_us(slow, raw, calls), _time_us(fast, raw, calls)
-        results[name] = {"bytes": len(raw), "json_us": json_us, "orjson_us": orjson_us,
-                         "speedup": json_us / orjson_us}
+        results[name] = {
+            "bytes": len(raw),
+            "json_us": json_us,
+            "orjson_us": orjson_us,
+            "speedup": json_us / orjson_us,
+        }
     return results

@@ -41,7 +41,7 @@ WARM_S = 1.0
 
 
 def area(frame: str) -> str:
-    """`Router.rank (gateway/router.py:80)` -> `gateway/router.py`; library frames -> package."""
+    """`Router.rank (gateway/server/router.py:80)` -> `gateway/server/router.py`; library frames -> package."""
     where = frame[frame.rfind("(") + 1 : frame.rfind(":")]
     if where.startswith(OURS):
         return where
@@ -65,7 +65,10 @@ def read_stacks(path: Path) -> list[tuple[list[str], int]]:
 
 def summarise(stacks: list[tuple[list[str], int]]) -> dict[str, Counter[str]]:
     views: dict[str, Counter[str]] = {
-        "self": Counter(), "leaf": Counter(), "ours": Counter(), "packages": Counter()
+        "self": Counter(),
+        "leaf": Counter(),
+        "ours": Counter(),
+        "packages": Counter(),
     }
     for frames, count in stacks:
         leaf = frames[-1]
@@ -80,8 +83,12 @@ def summarise(stacks: list[tuple[list[str], int]]) -> dict[str, Counter[str]]:
 
 
 def render(views: dict[str, Counter[str]], total: int, top: int, title: str) -> str:
-    headings = {"self": "Self time by area", "leaf": "Self time by function",
-                "ours": "Our functions (inclusive)", "packages": "Stack share by package"}
+    headings = {
+        "self": "Self time by area",
+        "leaf": "Self time by function",
+        "ours": "Our functions (inclusive)",
+        "packages": "Stack share by package",
+    }
     lines = [f"# Profile: {title}", "", f"{total} on-CPU samples.", ""]
     for key, heading in headings.items():
         lines += [f"## {heading}", "", "| | % of samples |", "|---|---|"]
@@ -117,10 +124,25 @@ async def _sample(system: Running, args: argparse.Namespace, output: Path, core:
     target = make_target(args.system, system.port)
     await closed_loop(target, args.concurrency, WARM_S, args.stream)
     spy = subprocess.Popen(
-        ["taskset", "-c", str(core), str(Path(sys.executable).parent / "py-spy"), "record",
-         "--pid", str(system.pid), "--duration", str(args.seconds), "--rate", str(args.rate),
-         "--format", "raw", "--output", str(output)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            "taskset",
+            "-c",
+            str(core),
+            str(Path(sys.executable).parent / "py-spy"),
+            "record",
+            "--pid",
+            str(system.pid),
+            "--duration",
+            str(args.seconds),
+            "--rate",
+            str(args.rate),
+            "--format",
+            "raw",
+            "--output",
+            str(output),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     tally = await closed_loop(target, args.concurrency, args.seconds + 0.5, args.stream)
     spy.wait()
@@ -130,8 +152,9 @@ async def _sample(system: Running, args: argparse.Namespace, output: Path, core:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.relay.profile",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.relay.profile", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--system", default=GATEWAY, choices=sorted(catalogue("slo_aware")))
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--seconds", type=int, default=8)
@@ -148,8 +171,10 @@ def main() -> None:
     uvloop.run(_profile(args, logs, raw))
     stacks = read_stacks(raw)
     total = sum(count for _, count in stacks)
-    title = f"{args.system}, {'streamed' if args.stream else 'non-streamed'}, " \
-            f"{args.concurrency} in flight"
+    title = (
+        f"{args.system}, {'streamed' if args.stream else 'non-streamed'}, "
+        f"{args.concurrency} in flight"
+    )
     text = render(summarise(stacks), total, args.top, title)
     raw.with_suffix(".md").write_text(text)
     print(text)

@@ -148,8 +148,12 @@ def aiohttp_relay(upstream_url: str) -> web.Application:
         async with session.post(url, data=data, headers={"content-type": "application/json"}) as up:
             kind = up.headers.get("content-type", "application/json")
             if not stream:
-                return web.Response(body=await up.read(), status=up.status, content_type=None,
-                                    headers={"content-type": kind})
+                return web.Response(
+                    body=await up.read(),
+                    status=up.status,
+                    content_type=None,
+                    headers={"content-type": kind},
+                )
             response = web.StreamResponse(status=up.status, headers={"content-type": kind})
             await response.prepare(request)
             async for chunk in up.content.iter_any():
@@ -179,14 +183,24 @@ def main() -> None:
         import uvloop
 
         uvloop.install()
-        web.run_app(aiohttp_relay(args.upstream), host="127.0.0.1", port=args.port,
-                    access_log=None, print=None)
+        web.run_app(
+            aiohttp_relay(args.upstream),
+            host="127.0.0.1",
+            port=args.port,
+            access_log=None,
+            print=None,
+        )
         return
     fast = args.server == "httptools"
     uvicorn.run(
-        asgi_relay(args.kind, args.upstream), host="127.0.0.1", port=args.port,
-        loop="uvloop" if fast else "asyncio", http="httptools" if fast else "h11",
-        access_log=False, log_level="warning", lifespan="on",
+        asgi_relay(args.kind, args.upstream),
+        host="127.0.0.1",
+        port=args.port,
+        loop="uvloop" if fast else "asyncio",
+        http="httptools" if fast else "h11",
+        access_log=False,
+        log_level="warning",
+        lifespan="on",
     )
 
 

@@ -32,8 +32,11 @@ FIGURES: tuple[tuple[str, str, Callable[[Record, Record | None], float | None]],
     ("proxy_core_share", "closed64", lambda r, d: _per(r["proxy_cpu_s"], r["wall_s"])),
     ("tokens_per_s", "stream64", lambda r, d: _per(r["tokens"], r["wall_s"])),
     ("tokens_per_core_s", "stream64", lambda r, d: _per(r["tokens"], r["proxy_cpu_s"])),
-    ("cpu_s_per_1k_req", "open200",
-     lambda r, d: _per(1000 * r["proxy_cpu_s"], r["ok"]) if r["proxy_cpu_s"] else None),
+    (
+        "cpu_s_per_1k_req",
+        "open200",
+        lambda r, d: _per(1000 * r["proxy_cpu_s"], r["ok"]) if r["proxy_cpu_s"] else None,
+    ),
 )
 # (figure, higher is better) for the ratio table
 RATIOS = (
@@ -67,8 +70,9 @@ def summarise(records: list[Record], systems: Sequence[str]) -> dict[str, Figure
         mine = [r for r in records if r["system"] == system]
         figures: Figures = {}
         for name, phase, compute in FIGURES:
-            values = [compute(r, direct.get((phase, r["repeat"]))) for r in mine
-                      if r["phase"] == phase]
+            values = [
+                compute(r, direct.get((phase, r["repeat"]))) for r in mine if r["phase"] == phase
+            ]
             figures[name] = median(values)
         figures |= _load_shares(mine)
         summary[system] = figures
@@ -78,10 +82,15 @@ def summarise(records: list[Record], systems: Sequence[str]) -> dict[str, Figure
 def _load_shares(records: list[Record]) -> Figures:
     """The busiest the load core got: the generator alone, and with backend and Redis."""
     loadgen = [r["loadgen_cpu_s"] / r["wall_s"] for r in records if r["wall_s"]]
-    core = [(r["loadgen_cpu_s"] + r["backend_cpu_s"] + r["redis_cpu_s"]) / r["wall_s"]
-            for r in records if r["wall_s"]]
-    return {"loadgen_share_max": max(loadgen, default=None),
-            "load_core_share_max": max(core, default=None)}
+    core = [
+        (r["loadgen_cpu_s"] + r["backend_cpu_s"] + r["redis_cpu_s"]) / r["wall_s"]
+        for r in records
+        if r["wall_s"]
+    ]
+    return {
+        "loadgen_share_max": max(loadgen, default=None),
+        "load_core_share_max": max(core, default=None),
+    }
 
 
 def saturated(records: list[Record], system: str) -> list[str]:
@@ -123,10 +132,15 @@ def targets(summary: dict[str, Figures]) -> list[dict[str, Any]]:
         ("req/s per core >= 0.6x floor", gateway, floor, "req_per_core_s", 0.6, True),
         ("req/s per core >= 20x LiteLLM", gateway, litellm, "req_per_core_s", 20.0, True),
         ("tokens/s per core >= 0.7x floor", gateway, floor, "tokens_per_core_s", 0.7, True),
-        ("added p50 at 200 req/s <= 1.5x floor", gateway, floor, "added_p50_ms_at_200", 1.5,
-         False),
-        ("Redis store req/s per core >= 0.75x memory", redis, gateway, "req_per_core_s", 0.75,
-         True),
+        ("added p50 at 200 req/s <= 1.5x floor", gateway, floor, "added_p50_ms_at_200", 1.5, False),
+        (
+            "Redis store req/s per core >= 0.75x memory",
+            redis,
+            gateway,
+            "req_per_core_s",
+            0.75,
+            True,
+        ),
     )
     rows = []
     for label, mine, base, figure, bound, higher in checks:

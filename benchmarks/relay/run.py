@@ -110,8 +110,17 @@ def _env(system: str, redis_url: str | None) -> dict[str, str]:
 @contextlib.asynccontextmanager
 async def fleet(options: Options) -> AsyncIterator[Fleet]:
     backend_port = free_port()
-    argv = [sys.executable, "-m", "benchmarks.relay.backend", "--port", str(backend_port),
-            "--tokens", str(options.tokens), "--events-per-write", str(options.events_per_write)]
+    argv = [
+        sys.executable,
+        "-m",
+        "benchmarks.relay.backend",
+        "--port",
+        str(backend_port),
+        "--tokens",
+        str(options.tokens),
+        "--events-per-write",
+        str(options.events_per_write),
+    ]
     running = Fleet(start("backend", argv, backend_port, options.load_core, options.logs))
     try:
         await _start_all(running, options)
@@ -183,8 +192,10 @@ async def run(options: Options) -> dict[str, Any]:
         for target in targets.values():
             target.close()
         redis_keys = _redis_keys(running.redis_url) if running.redis_url else None
-        fallbacks = {name: server.log.read_text(errors="replace").count(FALLBACK_LOG)
-                     for name, server in running.servers.items()}
+        fallbacks = {
+            name: server.log.read_text(errors="replace").count(FALLBACK_LOG)
+            for name, server in running.servers.items()
+        }
     return {
         "store_fallbacks": {name: count for name, count in fallbacks.items() if count},
         "records": records,

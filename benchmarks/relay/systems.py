@@ -45,8 +45,17 @@ def _relay(kind: str, *extra: str) -> Callable[[int, str], list[str]]:
 def _gateway(policy: str) -> Callable[[int, str], list[str]]:
     def argv(port: int, upstream: str) -> list[str]:
         module = "benchmarks.relay.gateway_server"
-        return [PYTHON, "-m", module, "--port", str(port), "--upstream", upstream,
-                "--policy", policy]
+        return [
+            PYTHON,
+            "-m",
+            module,
+            "--port",
+            str(port),
+            "--upstream",
+            upstream,
+            "--policy",
+            policy,
+        ]
 
     return argv
 
@@ -60,18 +69,26 @@ def catalogue(policy: str, candidates: tuple[str, ...] = ()) -> dict[str, Spec]:
     specs = [
         Spec("aiohttp-aiohttp", "aiohttp server + aiohttp client", _relay("aiohttp-aiohttp")),
         Spec(FLOOR, "FastAPI/uvicorn + aiohttp client (floor)", _relay(FLOOR)),
-        Spec("fastapi-httpx", "FastAPI/uvicorn + httpx (default transport)",
-             _relay("fastapi-httpx")),
-        Spec("fastapi-httpx-aiohttp", "FastAPI/uvicorn + httpx over AiohttpTransport",
-             _relay("fastapi-httpx-aiohttp")),
-        Spec("fastapi-aiohttp-h11", "FastAPI/uvicorn(asyncio, h11) + aiohttp client",
-             _relay(FLOOR, "--server", "h11")),
+        Spec(
+            "fastapi-httpx", "FastAPI/uvicorn + httpx (default transport)", _relay("fastapi-httpx")
+        ),
+        Spec(
+            "fastapi-httpx-aiohttp",
+            "FastAPI/uvicorn + httpx over AiohttpTransport",
+            _relay("fastapi-httpx-aiohttp"),
+        ),
+        Spec(
+            "fastapi-aiohttp-h11",
+            "FastAPI/uvicorn(asyncio, h11) + aiohttp client",
+            _relay(FLOOR, "--server", "h11"),
+        ),
         Spec(GATEWAY, "slo-gateway, memory store", _gateway(policy), "/readyz"),
         Spec(GATEWAY_REDIS, "slo-gateway, Redis store", _gateway(policy), "/readyz"),
         Spec(LITELLM, "LiteLLM proxy, 1 worker", _litellm, "/health/liveliness", 180.0),
     ]
-    specs += [Spec(name, _candidate_label(name), _gateway(policy), "/readyz")
-              for name in candidates]
+    specs += [
+        Spec(name, _candidate_label(name), _gateway(policy), "/readyz") for name in candidates
+    ]
     return {spec.name: spec for spec in specs}
 
 
@@ -85,8 +102,17 @@ def on_redis(name: str) -> bool:
     return name == GATEWAY_REDIS or name.startswith(CANDIDATE_REDIS)
 
 
-FULL = (DIRECT, "aiohttp-aiohttp", FLOOR, "fastapi-httpx", "fastapi-httpx-aiohttp",
-        "fastapi-aiohttp-h11", GATEWAY, GATEWAY_REDIS, LITELLM)
+FULL = (
+    DIRECT,
+    "aiohttp-aiohttp",
+    FLOOR,
+    "fastapi-httpx",
+    "fastapi-httpx-aiohttp",
+    "fastapi-aiohttp-h11",
+    GATEWAY,
+    GATEWAY_REDIS,
+    LITELLM,
+)
 QUICK = (DIRECT, FLOOR, GATEWAY)
 
 
@@ -106,6 +132,17 @@ def start_redis(core: int, logs: Path) -> Running:
     if binary is None:
         raise RuntimeError("no redis-server: install one or pass --redis-url")
     port = free_port()
-    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--protected-mode", "no"]
+    argv = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--protected-mode",
+        "no",
+    ]
     return start("redis", argv, port, core, logs)

@@ -2,24 +2,25 @@
 
 Nothing here decides: every step calls the code the live gateway runs, built from the same
 `GatewayConfig`, only with `now` passed in and a stats store whose calls never suspend:
-    tenant limits   `AdmissionControl.admit_tenant` (gateway/admission.py): every limit of the
+    tenant limits   `AdmissionControl.admit_tenant` (gateway/core/admission_control.py): every limit of the
                     tenant checked and counted in one atomic store call
-    candidates      `candidate_snapshots` (gateway/candidates.py), as `Router.snapshots`: the
+    candidates      `candidate_snapshots` (gateway/core/candidates.py), as `Router.snapshots`: the
                     registry's rotation, the `SharedView` (refreshed every `state.refresh_s`)
                     and the `LatestScrapes` of the engines with their age
     admission       `AdmissionControl.admit`, `.dispatch` (the deadline queue's ticks) and
                     `.eligible`, as `Admission` calls them
     routing         the policy from `policies.registry`, then `only_candidates`
     attempts        `LocalLeases` (this replica's count, as `LeaseBook`) and `Outcomes`
-                    (gateway/outcome.py, as `Finisher`): Retry-After and quota cool-downs, the
+                    (gateway/core/outcomes.py, as `Finisher`): Retry-After and quota cool-downs, the
                     shared breaker, latency samples, tenant slots given back
-    health probes   `Breakers.probe_due` and `.record` (gateway/health.py), as `HealthChecker`
+    health probes   `Breakers.probe_due` and `.record` (gateway/watch/health.py), as `HealthChecker`
 The store is the real `MemoryStatsStore`, whose coroutines finish without suspending, so
 `run_to_completion` runs each at once, and store writes the live gateway hands to background
 tasks run inline: no event loop in virtual time. What stays here is that wiring and the shared
 lease taken inline (`InlineLeases`). An error answer becomes the `AttemptFailed` the proxy
-raises (`gateway.failover.answered_with_error`), and the simulator's event loop fails over along
-the ranking by the router's own rules (`gateway.failover`: gives_up, backoff_s, final_error).
+raises (`gateway.core.failover.answered_with_error`), and the simulator's event loop fails
+over along the ranking by the router's own rules (`gateway.core.failover`: gives_up,
+backoff_s, final_error).
 """
 
 from __future__ import annotations
@@ -29,23 +30,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.admission import AdmissionControl
-from gateway.background import run_to_completion
-from gateway.candidates import candidate_snapshots, only_candidates
+from gateway.config.settings import GatewayConfig, parse_config
+from gateway.core.admission_control import AdmissionControl
+from gateway.core.candidates import candidate_snapshots, only_candidates
+from gateway.core.failover import answered_with_error
+from gateway.core.outcomes import Finished, Outcomes
 from gateway.errors import AttemptFailed
-from gateway.failover import answered_with_error
-from gateway.health import Breakers
-from gateway.leases import LocalLeases
 from gateway.offline.members import Refusal
 from gateway.offline.scenario import Scenario
-from gateway.outcome import Finished, Outcomes
-from gateway.registry import Registry
-from gateway.scraper import LatestScrapes
-from gateway.settings import GatewayConfig, parse_config
 from gateway.sim.fleet import gateway_endpoints
-from gateway.state import SharedView
-from gateway.stats.breaker import BreakerPolicy
-from gateway.stats.memory import MemoryStatsStore
+from gateway.state.background import run_to_completion
+from gateway.state.breaker import BreakerPolicy
+from gateway.state.leases import LocalLeases
+from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.view import SharedView
+from gateway.watch.endpoints import Registry
+from gateway.watch.health import Breakers
+from gateway.watch.scraper import LatestScrapes
 from policies.admission import Decision, Reject
 from policies.base import EndpointSnapshot, Ranking, RouteRequest
 from policies.registry import build as build_policy
@@ -162,7 +163,7 @@ class GatewayModel:
         self.leases.take(endpoint_id, route.request_id, self.admission.footprint(route))
 
     def classify(self, endpoint_id: str, refusal: Refusal, now_s: float) -> AttemptFailed:
-        """The failure an error answer counts as, read as `gateway.proxy` reads it."""
+        """The failure an error answer counts as, read as `gateway.upstream.client` reads it."""
         status, headers, body = refusal.status, refusal.headers, refusal.body
         return answered_with_error(endpoint_id, status, headers, body, now_s)
 

@@ -5,7 +5,7 @@
 the HTTP servers do, in the same order (`gateway/sim/frontend.py`): `status_code`, then
 `insufficient_quota`, then `error_rate`, then `hang`, then the member's own refusal (context
 too long for an engine, the concurrency limit with Retry-After for a provider), with the same
-statuses, headers and error bodies, so the gateway's own classification (`gateway.signals`)
+statuses, headers and error bodies, so the gateway's own classification (`gateway.core.rate_limits`)
 reads them. The caller owns the clock: methods take `now_s`, virtual seconds from the start.
 """
 
@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway.offline.scenario import EngineSpec, ProviderSpec
-from gateway.scraper import ScrapedState
 from gateway.sim.faults import FaultState
 from gateway.sim.model import EngineModel, EngineSnapshot, StepResult
 from gateway.sim.provider import ProviderLatency, go_duration
 from gateway.sim.wire import error_body
+from gateway.watch.scraper import ScrapedState
 
 
 @dataclass(frozen=True, slots=True)

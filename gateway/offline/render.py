@@ -2,7 +2,7 @@
 
     report.md / report.json      one run (`write_report`)
     comparison.md / .json        one row per policy and class (`write_comparison`)
-Charts (PNG) come from `gateway.offline.charts` when matplotlib is installed.
+Charts (PNG) come from `gateway.offline.report_charts` when matplotlib is installed.
 """
 
 from __future__ import annotations

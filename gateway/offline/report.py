@@ -28,9 +28,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gateway.config.settings import SloClassConfig
 from gateway.offline.records import RequestRecord
 from gateway.offline.scenario import Check, Scenario
-from gateway.settings import SloClassConfig
 
 ALL = "all"
 

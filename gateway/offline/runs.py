@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.offline import charts, render
+from gateway.offline import render
+from gateway.offline import report_charts as charts
 from gateway.offline.records import RequestRecord, write_records
 from gateway.offline.report import RunFacts, Summary, summarize
 from gateway.offline.scenario import Scenario, TenantSpec

@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.config.settings import SloClassConfig, TenantLimits
 from gateway.offline.trace import PlannedRequest
 from gateway.offline.workload import LengthSpec, RateShape
-from gateway.settings import SloClassConfig, TenantLimits
 from gateway.sim.engine import EngineServerParams
 from gateway.sim.fleet import EngineMember, FleetConfig, MemberPrice, ProviderMember
 from gateway.sim.provider import ProviderParams

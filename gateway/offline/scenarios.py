@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gateway.config.settings import SloClassConfig, TenantLimits
 from gateway.offline.scenario import (
     Check,
     EngineSpec,
@@ -32,7 +33,6 @@ from gateway.offline.scenario import (
     Traffic,
 )
 from gateway.offline.workload import LengthSpec, RateShape
-from gateway.settings import SloClassConfig, TenantLimits
 from gateway.sim.engine import EngineServerParams
 from gateway.sim.fleet import MemberPrice
 from gateway.sim.provider import ProviderParams

@@ -13,7 +13,7 @@ Discrete events on one heap, in time order (ties in insertion order):
     background   the gateway's periodic work, at its configured intervals: the shared-view
                  refresh, the engine scrape, the health probes, and the admission queue's
                  dispatcher (every 20 ms while requests wait)
-Attempts fail over along the ranking before the first token, as `gateway/router.py` does
+Attempts fail over along the ranking before the first token, as `gateway/server/router.py` does
 (at most `max_attempts`, at once when there is another endpoint, else after Retry-After).
 Requests still running `drain_s` after the last arrival are recorded as errors (`unfinished`).
 """
@@ -28,16 +28,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.admission import DISPATCH_TICK_S
+from gateway.core.admission_control import DISPATCH_TICK_S
+from gateway.core.failover import FIRST_BYTE_TIMEOUT, backoff_s, final_error, gives_up
+from gateway.core.outcomes import Finished
 from gateway.errors import AttemptFailed, GatewayError, Rejected
-from gateway.failover import FIRST_BYTE_TIMEOUT, backoff_s, final_error, gives_up
 from gateway.offline.gateway_model import GatewayModel, Queued, offline_config
 from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider, scraped_state
 from gateway.offline.records import RequestRecord, unserved
 from gateway.offline.scenario import FaultEvent, Scenario
 from gateway.offline.trace import PlannedRequest
-from gateway.outcome import Finished
-from gateway.proxy import CLIENT_FAULT_STATUSES
+from gateway.upstream.client import CLIENT_FAULT_STATUSES
 from policies.admission import Admit, Queue, Reject
 from policies.base import EndpointSnapshot, RouteRequest
 
@@ -270,7 +270,7 @@ class Simulator:
             self._failed(flight, self.gateway.classify(flight.endpoint_id, refusal, now_s), now_s)
 
     def _failed(self, flight: _Flight, failure: AttemptFailed, now_s: float) -> None:
-        """Fail over along the ranking by the router's rules (gateway/failover.py)."""
+        """Fail over along the ranking by the router's rules (gateway/core/failover.py)."""
         self.gateway.failed_attempt(flight.endpoint_id, flight.route, failure, now_s)
         server, order = self.gateway.server, flight.order
         if gives_up(flight.attempt, failure, order[flight.attempt % len(order)], server):
@@ -353,7 +353,7 @@ class Simulator:
         first_s: float | None = None,
         tpot_s: float | None = None,
     ) -> None:
-        """What the gateway measured for the attempt that answered (`gateway.outcome`)."""
+        """What the gateway measured for the attempt that answered (`gateway.core.outcomes`)."""
         route = flight.route
         result = Finished(
             outcome=outcome,

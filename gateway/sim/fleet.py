@@ -91,7 +91,7 @@ def base_urls(config: FleetConfig, host: str = "127.0.0.1") -> dict[str, str]:
 
 
 def gateway_endpoints(config: FleetConfig, host: str = "127.0.0.1") -> list[dict[str, Any]]:
-    """The fleet as `endpoints:` entries of the gateway config (gateway.settings.EndpointConfig)."""
+    """The fleet as `endpoints:` entries of the gateway config (`EndpointConfig`)."""
     urls = base_urls(config, host)
     entries: list[dict[str, Any]] = []
     for member in config.members():

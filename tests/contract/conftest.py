@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from gateway.stats.base import StatsStore
-from gateway.stats.memory import MemoryStatsStore
-from gateway.stats.redis import RedisStatsStore
+from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.redis_store import RedisStatsStore
+from gateway.state.store import StatsStore
 from tests.fixtures.redis import key_prefix, redis_client, redis_url
 
 __all__ = ["key_prefix", "redis_client", "redis_url"]

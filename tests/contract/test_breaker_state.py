@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.stats.base import StatsStore
-from gateway.stats.breaker import BreakerPolicy, BreakerState
+from gateway.state.breaker import BreakerPolicy, BreakerState
+from gateway.state.store import StatsStore
 from tests.contract.conftest import StoreClients
 
 NOW = 1_000_000.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.stats.base import EndpointStats, LatencySample, StatsStore
-from gateway.stats.memory import MemoryStatsStore
+from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.store import EndpointStats, LatencySample, StatsStore
 from policies.base import LatencyEstimate
 from tests.contract.conftest import StoreClients
 

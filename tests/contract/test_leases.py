@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.stats.base import StatsStore
+from gateway.state.store import StatsStore
 from tests.contract.conftest import StoreClients
 
 NOW = 1_000_000.0

@@ -10,9 +10,9 @@ import pytest
 from redis.asyncio import Connection, ConnectionPool, Redis
 from redis.crc import key_slot
 
-from gateway.stats.base import LatencySample, TenantQuota
-from gateway.stats.breaker import BreakerPolicy
-from gateway.stats.redis import SCRIPTS, RedisStatsStore, Write
+from gateway.state.breaker import BreakerPolicy
+from gateway.state.redis_store import SCRIPTS, RedisStatsStore, Write
+from gateway.state.store import LatencySample, TenantQuota
 
 pytestmark = pytest.mark.redis
 NOW = 1_000_000.0
@@ -145,7 +145,7 @@ async def test_a_bucket_lives_one_window_after_its_last_write(
 def test_lua_scripts_are_package_files_with_a_header() -> None:
     scripts = [
         entry
-        for entry in (resources.files("gateway.stats") / "lua").iterdir()
+        for entry in (resources.files("gateway.state") / "lua").iterdir()
         if entry.name.endswith(".lua")
     ]
     assert {s.name.removesuffix(".lua") for s in scripts} == set(SCRIPTS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.stats.base import StatsStore, TenantQuota
+from gateway.state.store import StatsStore, TenantQuota
 from tests.contract.conftest import StoreClients
 
 NOW = 1_000_020.0

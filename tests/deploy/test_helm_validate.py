@@ -21,7 +21,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.settings import parse_config
+from gateway.config.settings import parse_config
 from tests.deploy.conftest import CHART, Manifest, Render, only, run_helm
 
 VALUE_SETS = [

@@ -9,9 +9,9 @@ from typing import Any
 
 import redis
 
-from gateway.app import create_app
-from gateway.settings import Settings, parse_config
-from gateway.stats.keys import KeySpace
+from gateway.config.settings import Settings, parse_config
+from gateway.server.app import create_app
+from gateway.state.keys import KeySpace
 from tests.fixtures.servers import UvicornThread
 
 

@@ -1,4 +1,4 @@
-"""Schemathesis against the gateway's own OpenAPI schema (gateway/openapi.py).
+"""Schemathesis against the gateway's own OpenAPI schema (gateway/server/openapi.py).
 
 Positive cases (bodies the schema allows, half of them naming the served model so they reach the
 engine) and negative cases (bodies it forbids) on every OpenAI route. Zero 5xx: the engine behind

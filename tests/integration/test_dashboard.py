@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.app import create_app
-from gateway.dashboard.routes import COOKIE
-from gateway.settings import Settings, parse_config
+from gateway.config.settings import Settings, parse_config
+from gateway.server.app import create_app
+from gateway.server.dashboard.routes import COOKIE
 from tests.fixtures.gateway import (
     ADMIN_KEY,
     OTHER_TENANT_KEY,

@@ -17,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway import logs, tracing
-from gateway.app import create_app
-from gateway.settings import Settings, parse_config
+from gateway.config.settings import Settings, parse_config
+from gateway.server.app import create_app
+from gateway.telemetry import request_log, tracing
 from tests.fixtures.gateway import (
     ADMIN_KEY,
     ENGINE_MODEL,
@@ -56,11 +56,11 @@ class Collected(logging.Handler):
 @pytest.fixture
 def log_lines() -> Iterator[list[str]]:
     handler = Collected()
-    logs.request_log.addHandler(handler)
+    request_log.request_log.addHandler(handler)
     try:
         yield handler.lines
     finally:
-        logs.request_log.removeHandler(handler)
+        request_log.request_log.removeHandler(handler)
 
 
 def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:

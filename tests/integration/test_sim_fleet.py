@@ -13,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from gateway.settings import EndpointConfig
+from gateway.config.settings import EndpointConfig
 from gateway.sim.fleet import (
     FleetConfig,
     api_key_environment,

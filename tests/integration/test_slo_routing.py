@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.settings import parse_config
+from gateway.config.settings import parse_config
 from tests.fixtures.gateway import (
     TENANT_KEY,
     admin_endpoints,

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway import auth
-from gateway.auth import KeyRing
+from gateway.config.settings import hash_key, parse_config
 from gateway.errors import AuthenticationFailed
-from gateway.settings import hash_key, parse_config
+from gateway.server import auth
+from gateway.server.auth import KeyRing
 from tests.fixtures.gateway import (
     ADMIN_KEY,
     OTHER_TENANT_KEY,

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.settings import ConfigError, parse_config
+from gateway.config.settings import ConfigError, parse_config
 from tests.faults.upstreams import Answer, ScriptedUpstream, Seen, serving
 from tests.fixtures.gateway import (
     ADMIN_KEY,

@@ -6,8 +6,8 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.admission import AdmissionControl
-from gateway.stats.memory import MemoryStatsStore
+from gateway.core.admission_control import AdmissionControl
+from gateway.state.memory_store import MemoryStatsStore
 from policies.admission import AdmissionParams, Admit, Queue
 from policies.base import EndpointSnapshot, EngineSignals, RouteRequest, SloTarget
 

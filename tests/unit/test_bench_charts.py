@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench.charts import (
+from gateway.bench.bench_command import publish
+from gateway.bench.client import Measurement
+from gateway.bench.sweep import Level, LevelRun, RequestRecord
+from gateway.bench.sweep_charts import (
     draw_latency_chart,
     draw_throughput_chart,
     latency_series,
     throughput_series,
 )
-from gateway.bench.cli import publish
-from gateway.bench.client import Measurement
-from gateway.bench.report import LevelSummary, Slo, summarize
-from gateway.bench.sweep import Level, LevelRun, RequestRecord
+from gateway.bench.sweep_report import LevelSummary, Slo, summarize
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

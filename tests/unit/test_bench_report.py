@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gateway.bench.client import Measurement
-from gateway.bench.report import (
+from gateway.bench.sweep import Level, LevelRun, RequestRecord
+from gateway.bench.sweep_report import (
     REQUEST_FIELDS,
     Slo,
     highest_passing,
@@ -21,7 +22,6 @@ from gateway.bench.report import (
     write_csv,
     write_json,
 )
-from gateway.bench.sweep import Level, LevelRun, RequestRecord
 
 
 def _ok(ttft_s: float, tpot_s: float, tokens: int = 11, counted: bool = False) -> Measurement:

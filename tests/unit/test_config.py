@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from gateway.settings import ConfigError, hash_key, load_config, parse_config
+from gateway.config.settings import ConfigError, hash_key, load_config, parse_config
 
 
 def minimal() -> dict[str, Any]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.dashboard.board import judge, tally
-from gateway.dashboard.explain import explain
-from gateway.dashboard.page import SPARK_H, SPARK_W, fmt, points, render
-from gateway.dashboard.readings import Totals
-from gateway.dashboard.routes import session_token, valid_session
-from gateway.settings import SloClassConfig
+from gateway.config.settings import SloClassConfig
+from gateway.server.dashboard.board import judge, tally
+from gateway.server.dashboard.explain import explain
+from gateway.server.dashboard.page import SPARK_H, SPARK_W, fmt, points, render
+from gateway.server.dashboard.readings import Totals
+from gateway.server.dashboard.routes import session_token, valid_session
 
 INTERACTIVE = SloClassConfig(ttft_ms=500, tpot_ms=50, priority=10)
 BATCH = SloClassConfig(deadline_ms=60000, sheddable=True)

@@ -1,11 +1,11 @@
-"""The failover rules the router and the offline simulator share (gateway/failover.py)."""
+"""The failover rules the router and the offline simulator share (gateway/core/failover.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.errors import AttemptFailed, Rejected, UpstreamError, UpstreamTimeout
-from gateway.failover import (
+from gateway.config.settings import ServerConfig
+from gateway.core.failover import (
     FIRST_BYTE_TIMEOUT,
     RETRY_BACKOFF_S,
     answered_with_error,
@@ -13,7 +13,7 @@ from gateway.failover import (
     final_error,
     gives_up,
 )
-from gateway.settings import ServerConfig
+from gateway.errors import AttemptFailed, Rejected, UpstreamError, UpstreamTimeout
 
 SERVER = ServerConfig(max_attempts=3, max_retry_after_s=5.0)
 

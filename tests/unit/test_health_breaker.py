@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.health import is_failure
-from gateway.stats.breaker import (
+from gateway.state.breaker import (
     BreakerPolicy,
     BreakerState,
     Phase,
     after_result,
     after_trial_claim,
 )
+from gateway.watch.health import is_failure
 
 POLICY = BreakerPolicy(failure_threshold=3, cooldown_s=10.0, trial_timeout_s=4.0)
 CLOSED = BreakerState()

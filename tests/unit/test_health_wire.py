@@ -14,11 +14,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from gateway.health import HealthChecker, probe_url
-from gateway.settings import EndpointConfig
-from gateway.stats.breaker import BreakerPolicy
-from gateway.stats.memory import MemoryStatsStore
-from gateway.stats.redis import RedisStatsStore
+from gateway.config.settings import EndpointConfig
+from gateway.state.breaker import BreakerPolicy
+from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.redis_store import RedisStatsStore
+from gateway.watch.health import HealthChecker, probe_url
 from tests.fixtures.loops import ParkingSleep, run_rounds
 from tests.fixtures.servers import free_port, serve_app
 

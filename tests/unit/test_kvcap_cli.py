@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gateway.bench.cli import register
+from gateway.bench.bench_command import register
 
 
 def _flat(output: str) -> str:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway.background import Background
-from gateway.leases import LeaseBook
-from gateway.state import SharedView
-from gateway.stats.memory import MemoryStatsStore
-from gateway.telemetry import Metrics
+from gateway.state.background import Background
+from gateway.state.leases import LeaseBook
+from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.view import SharedView
+from gateway.telemetry.metrics import Metrics
 
 
 async def shared_count(store: MemoryStatsStore) -> int:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from gateway import logs
-from gateway import record as records
-from gateway.logs import error_code, line, outcome
-from gateway.outcome import Finished
-from gateway.record import RequestRecord, current, note_attempt, note_route
+from gateway.core.outcomes import Finished
+from gateway.telemetry import record as records
+from gateway.telemetry import request_log
+from gateway.telemetry.record import RequestRecord, current, note_attempt, note_route
+from gateway.telemetry.request_log import error_code, line, outcome
 from policies.base import Ranking, RouteRequest, SloTarget
 
 SLO = SloTarget(name="interactive", ttft_s=0.5)
@@ -124,29 +124,29 @@ class Flushes(io.StringIO):
 def stdout_only() -> Iterator[Flushes]:
     """The request logger as the gateway configures it, over a stream that records flushes,
     whatever other tests did to the logger."""
-    logger = logs.request_log
+    logger = request_log.request_log
     saved = (logger.handlers[:], logger.filters[:], logger.level, logger.disabled)
     logger.handlers, logger.filters, logger.disabled = [], [], False
     stream = Flushes()
-    previous = logs._stdout.setStream(stream)
-    logs.configure()
+    previous = request_log._stdout.setStream(stream)
+    request_log.configure()
     try:
         yield stream
     finally:
-        logs._stdout.setStream(previous)
+        request_log._stdout.setStream(previous)
         logger.handlers, logger.filters, logger.level, logger.disabled = saved
 
 
 def only_stdout() -> None:
     """pytest attaches its log capture to loggers once the test runs: take it off again."""
-    logs.request_log.handlers = [logs._stdout]
+    request_log.request_log.handlers = [request_log._stdout]
 
 
 async def test_lines_written_in_one_loop_iteration_share_one_flush(stdout_only: Flushes) -> None:
     stream = stdout_only
     only_stdout()
-    logs.emit(served())
-    logs.emit(served())
+    request_log.emit(served())
+    request_log.emit(served())
     assert stream.flushed == []
     await asyncio.sleep(0)
     lines = stream.getvalue().splitlines()
@@ -157,21 +157,21 @@ async def test_lines_written_in_one_loop_iteration_share_one_flush(stdout_only: 
 def test_the_time_is_iso_8601_utc_with_milliseconds() -> None:
     for now in (1_700_000_000.0, 1_700_000_000.5, 1_700_000_059.999, time.time()):
         expected = datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds")
-        assert logs._timestamp(now) == expected
+        assert request_log._timestamp(now) == expected
 
 
 def test_a_flush_left_pending_by_a_closed_loop_does_not_stop_later_ones(
     stdout_only: Flushes,
 ) -> None:
     async def log_one() -> None:
-        logs.emit(served())
+        request_log.emit(served())
 
     only_stdout()
     asyncio.run(log_one())  # closes its loop, maybe before the flush ran
     flushed = len(stdout_only.flushed)
 
     async def log_and_wait() -> None:
-        logs.emit(served())
+        request_log.emit(served())
         await asyncio.sleep(0)
 
     asyncio.run(log_and_wait())

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.background import run_to_completion
+from gateway.config.settings import SloClassConfig, TenantLimits
 from gateway.offline.records import RequestRecord
 from gateway.offline.report import RunFacts, summarize
 from gateway.offline.scenario import EngineSpec, ProviderSpec, Scenario, TenantSpec, Traffic
@@ -16,10 +16,10 @@ from gateway.offline.scenarios import SCENARIOS, fleet20
 from gateway.offline.simulator import Simulator
 from gateway.offline.trace import PlannedRequest
 from gateway.offline.workload import LengthSpec, RateShape
-from gateway.settings import SloClassConfig, TenantLimits
 from gateway.sim.faults import Faults
 from gateway.sim.model import EngineModel, EngineParams
 from gateway.sim.provider import ProviderParams
+from gateway.state.background import run_to_completion
 
 CLASSES = {
     "interactive": SloClassConfig(ttft_ms=1000, tpot_ms=100, priority=10),

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config.settings import SloClassConfig
 from gateway.offline.scenarios import SCENARIOS
 from gateway.offline.trace import PlannedRequest, TraceError, read_trace, write_trace
 from gateway.offline.workload import LengthSpec, RateShape
-from gateway.settings import SloClassConfig
 
 
 def quantile(values: list[int], q: float) -> float:

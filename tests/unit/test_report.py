@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from gateway.offline import charts, render
+from gateway.config.settings import SloClassConfig
+from gateway.offline import render
+from gateway.offline import report_charts as charts
 from gateway.offline.records import RequestRecord, classify, read_records, write_records
 from gateway.offline.report import RunFacts, meets_slo, percentile, summarize
 from gateway.offline.scenario import Check, EngineSpec, ProviderSpec, Scenario, TenantSpec, Traffic
 from gateway.offline.workload import RateShape
-from gateway.settings import SloClassConfig
 from gateway.sim.fleet import MemberPrice
 
 CHAT = SloClassConfig(ttft_ms=500, tpot_ms=50)

@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from gateway.offline import charts
-from gateway.offline.cli import register
+from gateway.offline import report_charts as charts
+from gateway.offline.simulate_command import register
 from gateway.offline.trace import PlannedRequest, write_trace
 
 

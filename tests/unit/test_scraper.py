@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.scraper import ENGINES, ScrapedState, parse_metrics
+from gateway.watch.scraper import ENGINES, ScrapedState, parse_metrics
 
 DATA = Path(__file__).parent / "data"
 

@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from gateway.scraper import Scraper
-from gateway.settings import EndpointConfig
+from gateway.config.settings import EndpointConfig
+from gateway.watch.scraper import Scraper
 from policies.base import EngineSignals
 from tests.fixtures.loops import ParkingSleep, run_rounds
 from tests.fixtures.servers import serve_app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.signals import (
+from gateway.core.rate_limits import (
     RateLimits,
     UpstreamVerdict,
     classify_error,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.sse import StreamWatch, routine_events
+from gateway.upstream.sse import StreamWatch, routine_events
 
 
 def event(payload: object) -> bytes:

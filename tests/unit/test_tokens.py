@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.tokens import MEDIA_PART_TOKENS, estimate_prompt_tokens, load_counter
+from gateway.core.tokens import MEDIA_PART_TOKENS, estimate_prompt_tokens, load_counter
 
 TWELVE = "hello world!"  # 12 characters: 3 estimated tokens
 

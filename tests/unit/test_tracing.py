@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway import tracing
-from gateway.outcome import Finished
-from gateway.record import RequestRecord
+from gateway.core.outcomes import Finished
+from gateway.telemetry import tracing
+from gateway.telemetry.record import RequestRecord
 from policies.base import Ranking, RouteRequest, SloTarget
 
 

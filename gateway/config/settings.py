@@ -1,0 +1,230 @@
+"""Environment settings (GATEWAY_*) and the YAML config model, validated at startup.
+
+The YAML file declares endpoints, tenants, SLO classes, the policy and server limits. Every
+model forbids unknown keys, so a typo is an error that names the key instead of a silent default.
+Secrets never live in the file: provider keys and tenant keys are env-var references (tenant keys
+may also be stored as SHA-256 hashes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from policies.admission import AdmissionParams
+from policies.base import SloTarget
+from policies.registry import PolicyParams
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ConfigError(ValueError):
+    """The config file is missing, unparsable or invalid; the message names the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Price(_Strict):
+    input_per_1m: float = Field(0.0, ge=0)
+    output_per_1m: float = Field(0.0, ge=0)
+
+
+class EndpointConfig(_Strict):
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    kind: Literal["vllm", "openai"]
+    base_url: str = Field(description="OpenAI base URL, including /v1")
+    models: dict[str, str] = Field(min_length=1, description="public model name -> upstream name")
+    api_key_env: str | None = None
+    price: Price = Price()
+    max_concurrency: int | None = Field(None, ge=1)
+    metrics_url: str | None = None
+    health_path: str | None = None
+
+    @model_validator(mode="after")
+    def _url(self) -> EndpointConfig:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        for url in (self.base_url, self.metrics_url or ""):
+            if "@" in urlsplit(url).netloc:  # URLs reach error messages; secrets must not
+                raise ValueError("URLs must not carry credentials: set api_key_env instead")
+        return self
+
+    @property
+    def root_url(self) -> str:
+        """The server root (base_url without a trailing /v1), where /metrics and /health live."""
+        url = self.base_url.rstrip("/")
+        return url[: -len("/v1")] if url.endswith("/v1") else url
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+
+class TenantLimits(_Strict):
+    requests_per_min: int | None = Field(None, ge=1)
+    tokens_per_min: int | None = Field(None, ge=1)
+    max_concurrent: int | None = Field(None, ge=1)
+
+
+class TenantConfig(_Strict):
+    api_key_env: str | None = None
+    api_key_sha256: list[str] = Field(default_factory=list)
+    allowed_classes: list[str] = Field(min_length=1)
+    default_class: str
+    limits: TenantLimits = TenantLimits()
+
+    @model_validator(mode="after")
+    def _keys(self) -> TenantConfig:
+        if not self.api_key_env and not self.api_key_sha256:
+            raise ValueError("set api_key_env or api_key_sha256")
+        for digest in self.api_key_sha256:
+            if not _SHA256.match(digest):
+                raise ValueError("api_key_sha256 entries must be 64 lowercase hex characters")
+        if self.default_class not in self.allowed_classes:
+            raise ValueError(f"default_class {self.default_class!r} is not in allowed_classes")
+        return self
+
+    def key_hashes(self) -> list[str]:
+        hashes = list(self.api_key_sha256)
+        value = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if value:
+            hashes.append(hash_key(value))
+        return hashes
+
+
+class SloClassConfig(_Strict):
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    deadline_ms: float | None = Field(None, gt=0)
+    priority: int = 0
+    sheddable: bool = False
+
+    def target(self, name: str) -> SloTarget:
+        def seconds(ms: float | None) -> float | None:
+            return ms / 1000 if ms is not None else None
+
+        return SloTarget(
+            name=name,
+            ttft_s=seconds(self.ttft_ms),
+            tpot_s=seconds(self.tpot_ms),
+            deadline_s=seconds(self.deadline_ms),
+            priority=self.priority,
+            sheddable=self.sheddable,
+        )
+
+
+class ServerConfig(_Strict):
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    connect_timeout_s: float = Field(2.0, gt=0)
+    first_byte_timeout_s: float = Field(30.0, gt=0)
+    idle_stream_timeout_s: float = Field(60.0, gt=0)
+    max_attempts: int = Field(3, ge=1, le=10)
+    max_retry_after_s: float = Field(5.0, ge=0)
+    lease_ttl_s: float = Field(300.0, gt=0)
+    admin_key_env: str | None = None
+    # On SIGTERM: stop accepting, let in-flight requests finish this long, then cut them;
+    # keep it under the orchestrator's grace period (Kubernetes: minus the preStop sleep).
+    drain_timeout_s: int = Field(90, ge=1)
+    max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line + headers")
+
+
+class StateConfig(_Strict):
+    """Shared state, engine scraping and health: how fresh each signal is kept."""
+
+    window_s: float = Field(60.0, gt=0, description="rolling estimate window")
+    bucket_s: float = Field(5.0, gt=0)
+    refresh_s: float = Field(0.1, gt=0, description="local copy of shared stats refreshed every")
+    redis_timeout_s: float = Field(0.25, gt=0, description="a slower Redis counts as down")
+    scrape_interval_s: float = Field(0.25, gt=0)
+    scrape_stale_after_s: float = Field(2.0, gt=0)
+    health_interval_s: float = Field(5.0, gt=0)
+    breaker_failures: int = Field(5, ge=1, description="consecutive failures that open it")
+    breaker_cooldown_s: float = Field(10.0, gt=0)
+
+
+class GatewayConfig(_Strict):
+    endpoints: list[EndpointConfig] = Field(min_length=1)
+    tenants: dict[str, TenantConfig] = Field(min_length=1)
+    classes: dict[str, SloClassConfig] = Field(min_length=1)
+    policy: PolicyParams = Field(default_factory=lambda: _default_policy())
+    server: ServerConfig = ServerConfig()
+    state: StateConfig = StateConfig()
+    admission: AdmissionParams = AdmissionParams()
+
+    @model_validator(mode="after")
+    def _references(self) -> GatewayConfig:
+        ids = [e.id for e in self.endpoints]
+        dupes = {i for i in ids if ids.count(i) > 1}
+        if dupes:
+            raise ValueError(f"duplicate endpoint ids: {sorted(dupes)}")
+        for name, tenant in self.tenants.items():
+            unknown = [c for c in tenant.allowed_classes if c not in self.classes]
+            if unknown:
+                raise ValueError(f"tenants.{name}.allowed_classes: unknown classes {unknown}")
+        return self
+
+    def public_models(self) -> list[str]:
+        return sorted({m for e in self.endpoints for m in e.models})
+
+
+def _default_policy() -> Any:
+    from policies.least_loaded import Params
+
+    return Params()
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def format_validation_error(error: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid config"]
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        lines.append(f"  {where}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "config") -> GatewayConfig:
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def load_config(path: str | Path) -> GatewayConfig:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return parse_config(data, str(path))
+
+
+class Settings(BaseSettings):
+    """Process settings from the environment (prefix GATEWAY_)."""
+
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore")
+
+    config: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    redis_url: str | None = Field(
+        None, validation_alias=AliasChoices("GATEWAY_REDIS_URL", "REDIS_URL")
+    )
+    redis_prefix: str | None = None  # namespaces keys when deployments share one Redis
+    log_level: str = "info"
+    request_log: bool = True  # one JSON line per API request on stdout (gateway/telemetry/request_log.py)
+    log_prompts: bool = False  # debug only: adds prompt text to those lines
+    dashboard_sample_s: float = Field(2.0, gt=0)  # the dashboard's history ring samples every

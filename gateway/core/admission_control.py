@@ -1,0 +1,322 @@
+"""Applies admission before routing: tenant limits, saturation, shedding, the deadline queue.
+
+The decisions are pure (`policies/admission.py`); `AdmissionControl` holds what they need across
+requests: each endpoint's previous saturation (for hysteresis), the deadline queue, and the
+tenant counters, which live in the stats store so that a limit is exact across replicas (atomic
+check-and-add; N concurrent requests against a limit of k admit k). It is synchronous with `now`
+passed in and only awaits the store, so the offline simulator drives it in virtual time;
+`Admission` wraps it for the live request path: waiting as a future, the dispatcher task,
+metrics and error responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from gateway.config.settings import TenantLimits
+from gateway.errors import Rejected
+from gateway.state.background import Background, Spawn
+from gateway.state.store import StatsStore, TenantQuota
+from gateway.telemetry.metrics import Metrics
+from policies.admission import (
+    AdmissionParams,
+    Admit,
+    DeadlineQueue,
+    Decision,
+    Reason,
+    Reject,
+    Saturation,
+    decide,
+    has_headroom,
+    next_saturations,
+    request_states,
+    with_headroom,
+)
+from policies.base import EndpointSnapshot, RouteRequest
+
+TENANT_WINDOW_S = 60.0
+DISPATCH_TICK_S = 0.02
+DISPATCH_PER_TICK = 4  # engine gauges lag: pace dispatches so one tick cannot flood an endpoint
+
+Snapshots = Callable[[], Sequence[EndpointSnapshot]]
+TENANT_RETRY_AFTER_S = TENANT_WINDOW_S / 6  # a tenant window moves on in slots of this size
+TENANT_REASONS = {
+    "requests": Reason.TENANT_RATE_LIMITED,
+    "tokens": Reason.TENANT_TOKEN_LIMITED,
+    "concurrency": Reason.TENANT_CONCURRENCY_LIMITED,
+}
+_MESSAGES = {
+    Reason.TENANT_RATE_LIMITED: "Your tenant's request rate limit is reached; retry later.",
+    Reason.TENANT_TOKEN_LIMITED: "Your tenant's token rate limit is reached; retry later.",
+    Reason.TENANT_CONCURRENCY_LIMITED: "Too many concurrent requests for your tenant.",
+    Reason.SATURATED: "Every endpoint for this model is saturated; retry later.",
+    Reason.RESERVED_FOR_HIGHER_PRIORITY: "Remaining capacity is reserved for higher priority "
+    "classes; retry later.",
+    Reason.DEADLINE_UNREACHABLE: "The request cannot be served within its SLO deadline.",
+    Reason.QUEUE_FULL: "The admission queue is full; retry later.",
+}
+
+
+def rejection(status: int, reason: Reason, retry_after_s: float) -> Rejected:
+    return Rejected(_MESSAGES[reason], status=status, reason=reason, retry_after_s=retry_after_s)
+
+
+class Waiting(Protocol):
+    @property
+    def route(self) -> RouteRequest: ...
+
+
+W = TypeVar("W", bound=Waiting)
+Pool = tuple[Sequence[EndpointSnapshot], dict[str, Saturation]]  # snapshots, saturation
+
+
+class AdmissionControl(Generic[W]):
+    """Admission across requests, for one replica; `W` is what waits in the queue."""
+
+    def __init__(
+        self,
+        params: AdmissionParams,
+        limits: Mapping[str, TenantLimits],
+        store: StatsStore,
+        spawn: Spawn,
+        lease_ttl_s: float,
+    ) -> None:
+        self.params = params
+        self.limits = limits
+        self.store = store
+        self.spawn = spawn
+        self.lease_ttl_s = lease_ttl_s
+        self.states: dict[str, Saturation] = {}
+        self.queue: DeadlineQueue[W] = DeadlineQueue(params.queue_max_size)
+        self.queued: Counter[str] = Counter()  # waiting requests per model
+        self._largest_pool_tokens: int | None = None  # the largest engine KV pool scraped
+
+    def reconfigure(self, params: AdmissionParams, limits: Mapping[str, TenantLimits]) -> None:
+        """New parameters for new decisions; the queue keeps its waiters."""
+        self.params = params
+        self.limits = limits
+        self.queue.max_size = params.queue_max_size
+
+    def saturation(self, snapshots: Sequence[EndpointSnapshot]) -> dict[str, Saturation]:
+        states = next_saturations(self.states, snapshots, self.params)
+        self.states.update(states)
+        pools = [s.engine.kv_capacity_tokens for s in snapshots if s.engine is not None]
+        if any(pools):
+            self._largest_pool_tokens = max(pool or 0 for pool in pools)
+        return states
+
+    def footprint(self, route: RouteRequest) -> int:
+        """KV tokens the request will hold at most: its prompt plus its output.
+
+        A request larger than every KV pool can never be served (vLLM's max_model_len fits in
+        its pool), so its endpoint refuses it with a 400 at once: it holds nothing, and must
+        not wait in the queue for room that never comes.
+        """
+        tokens = route.prompt_tokens + (route.max_tokens or self.params.default_output_tokens)
+        largest = self._largest_pool_tokens
+        return 0 if largest is not None and tokens > largest else tokens
+
+    def admit(
+        self, route: RouteRequest, current: Sequence[EndpointSnapshot], now: float
+    ) -> tuple[Decision, list[EndpointSnapshot]]:
+        """The decision and, when admitted, the candidates this request may use now."""
+        states = self._states_for(route, current, self.saturation(current))
+        decision = decide(
+            route.slo, states.values(), self.params, now_s=now, queued=self.queued[route.model]
+        )
+        if not isinstance(decision, Admit):
+            return decision, []
+        return decision, self._eligible(route, current, states)
+
+    def eligible(
+        self, route: RouteRequest, current: Sequence[EndpointSnapshot]
+    ) -> list[EndpointSnapshot]:
+        """After waiting: the candidates with headroom for its class (all when none has)."""
+        return self._eligible(
+            route, current, self._states_for(route, current, self.saturation(current))
+        )
+
+    def _eligible(
+        self,
+        route: RouteRequest,
+        current: Sequence[EndpointSnapshot],
+        states: Mapping[str, Saturation],
+    ) -> list[EndpointSnapshot]:
+        return with_headroom(current, states, route.slo, self.params) or list(current)
+
+    def _states_for(
+        self,
+        route: RouteRequest,
+        current: Sequence[EndpointSnapshot],
+        states: Mapping[str, Saturation],
+    ) -> dict[str, Saturation]:
+        """Each endpoint's state as this request would find it once admitted."""
+        return request_states(states, current, self.footprint(route), self.params)
+
+    def enqueue(self, waiter: W, deadline_s: float) -> bool:
+        """False (and not queued) when the queue is full."""
+        if not self.queue.push(waiter, deadline_s):
+            return False
+        self.queued[waiter.route.model] += 1
+        return True
+
+    def withdraw(self, waiter: W) -> None:
+        """Forget a waiter whose client went away (a no-op once dispatched or expired)."""
+        if self.queue.remove(waiter):
+            self.queued[waiter.route.model] -= 1
+
+    def dispatch(
+        self, now: float, snapshots: Callable[[W], Sequence[EndpointSnapshot]]
+    ) -> tuple[list[W], list[W]]:
+        """One dispatcher tick: (the waiters that can no longer meet their deadline, the few
+        with headroom now, earliest deadline first). Snapshots and saturation are taken once per
+        model per tick: dispatched requests take their leases after the tick, so nothing the
+        tick does changes them, and a long queue costs no snapshot rebuild per waiter."""
+        expired = self.queue.drop_expired(now)
+        pools: dict[str, Pool] = {}
+
+        def fits(waiter: W) -> bool:
+            route = waiter.route
+            pool = pools.get(route.model)
+            if pool is None:
+                current = snapshots(waiter)
+                pool = pools[route.model] = (current, self.saturation(current))
+            states = self._states_for(route, *pool)
+            return any(has_headroom(s, route.slo, self.params) for s in states.values())
+
+        dispatched = []
+        for _ in range(DISPATCH_PER_TICK):
+            waiter = self.queue.pop(now, fits=fits)
+            if waiter is None:
+                break
+            dispatched.append(waiter)
+        for waiter in (*expired, *dispatched):
+            self.queued[waiter.route.model] -= 1
+        return expired, dispatched
+
+    async def admit_tenant(self, route: RouteRequest, now: float) -> Reject | None:
+        """Every limit of the tenant in one atomic call to the shared store (one round trip);
+        None when admitted."""
+        limits = self.limits.get(route.tenant)
+        if limits is None or not (
+            limits.requests_per_min or limits.tokens_per_min or limits.max_concurrent
+        ):
+            return None
+        quota = TenantQuota(
+            limits.requests_per_min, limits.tokens_per_min, limits.max_concurrent, TENANT_WINDOW_S
+        )
+        verdict = await self.store.admit_tenant(
+            route.tenant,
+            route.request_id,
+            tokens=route.prompt_tokens + (route.max_tokens or 0),
+            quota=quota,
+            ttl_s=self.lease_ttl_s,
+            now=now,
+        )
+        if verdict == "admitted":
+            return None
+        return Reject(429, TENANT_REASONS[verdict], TENANT_RETRY_AFTER_S)
+
+    def finished(self, route: RouteRequest, now: float) -> None:
+        """Give back the tenant's concurrency slot (a no-op for tenants without one)."""
+        limits = self.limits.get(route.tenant)
+        if limits is not None and limits.max_concurrent:
+            self.spawn(self.store.release_tenant(route.tenant, route.request_id, now=now))
+
+
+@dataclass(eq=False)
+class _Waiter:
+    route: RouteRequest
+    snapshots: Snapshots
+    done: asyncio.Future[None] = field(default_factory=asyncio.Future)
+
+
+class Admission:
+    """`AdmissionControl` on the live request path, on the wall clock."""
+
+    def __init__(
+        self,
+        params: AdmissionParams,
+        limits: Mapping[str, TenantLimits],
+        store: StatsStore,
+        metrics: Metrics,
+        background: Background,
+        lease_ttl_s: float,
+    ) -> None:
+        self.control: AdmissionControl[_Waiter] = AdmissionControl(
+            params, limits, store, background.spawn, lease_ttl_s
+        )
+        self.metrics = metrics
+        self.states = self.control.states
+        self._wake = asyncio.Event()
+
+    def reconfigure(self, params: AdmissionParams, limits: Mapping[str, TenantLimits]) -> None:
+        self.control.reconfigure(params, limits)
+
+    def footprint(self, route: RouteRequest) -> int:
+        return self.control.footprint(route)
+
+    async def admit(
+        self, route: RouteRequest, current: Sequence[EndpointSnapshot], snapshots: Snapshots
+    ) -> list[EndpointSnapshot]:
+        """The candidates this request may use now (`current`); waits in the deadline queue
+        if it must, then takes fresh `snapshots()`."""
+        decision, eligible = self.control.admit(route, current, time.time())
+        if isinstance(decision, Reject):
+            raise self._shed(route, decision.status, decision.reason, decision.retry_after_s)
+        if isinstance(decision, Admit):
+            return eligible
+        current = await self._wait(route, decision.deadline_s, snapshots)
+        return self.control.eligible(route, current)
+
+    def _shed(self, route: RouteRequest, status: int, reason: Reason, retry_s: float) -> Rejected:
+        self.metrics.shed.labels(route.slo.name, route.tenant, reason.value).inc()
+        return rejection(status, reason, retry_s)
+
+    async def _wait(
+        self, route: RouteRequest, deadline_s: float, snapshots: Snapshots
+    ) -> Sequence[EndpointSnapshot]:
+        waiter = _Waiter(route, snapshots)
+        if not self.control.enqueue(waiter, deadline_s):
+            raise self._shed(route, 503, Reason.QUEUE_FULL, self.control.params.retry_after_s)
+        self.metrics.queued.labels(route.slo.name).inc()
+        self.metrics.queue_depth.set(len(self.control.queue))
+        self._wake.set()
+        try:
+            await waiter.done
+        finally:
+            self.control.withdraw(waiter)
+            self.metrics.queue_depth.set(len(self.control.queue))
+        return snapshots()
+
+    async def run(self) -> None:
+        """The dispatcher, owned by the app lifespan: expire, then dispatch by deadline."""
+        while True:
+            if not len(self.control.queue):
+                self._wake.clear()
+                await self._wake.wait()
+            self._dispatch(time.time())
+            await asyncio.sleep(DISPATCH_TICK_S)
+
+    def _dispatch(self, now: float) -> None:
+        expired, dispatched = self.control.dispatch(now, lambda waiter: waiter.snapshots())
+        for waiter in expired:
+            error = self._shed(waiter.route, 503, Reason.DEADLINE_UNREACHABLE, 1.0)
+            if not waiter.done.done():
+                waiter.done.set_exception(error)
+        for waiter in dispatched:
+            if not waiter.done.done():
+                waiter.done.set_result(None)
+
+    async def admit_tenant(self, route: RouteRequest) -> None:
+        rejected = await self.control.admit_tenant(route, time.time())
+        if rejected is not None:
+            raise self._shed(route, rejected.status, rejected.reason, rejected.retry_after_s)
+
+    def finished(self, route: RouteRequest) -> None:
+        self.control.finished(route, time.time())

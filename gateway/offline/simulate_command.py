@@ -1,0 +1,176 @@
+"""`slo-gateway simulate` and `slo-gateway loadtest`; `register(app)` adds both to the Typer app.
+
+Both write the same report (gateway/offline/runs.py) and exit 1 when a run misses its
+scenario's pass criteria (2 on a usage error).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from pydantic import ValidationError
+
+from gateway.offline import render
+from gateway.offline.runs import Run, for_trace, policy_names, publish, simulate
+from gateway.offline.scenario import Scenario
+from gateway.offline.scenarios import SCENARIOS
+from gateway.offline.trace import PlannedRequest, TraceError, read_trace
+from gateway.telemetry.metrics import log
+
+
+def register(app: typer.Typer) -> None:
+    """Add `simulate` and `loadtest` (help from the docstrings)."""
+    app.command("simulate")(simulate_command)
+    app.command("loadtest")(loadtest_command)
+
+
+ScenarioArg = Annotated[
+    str, typer.Argument(help=f"One of: {', '.join(SCENARIOS)}; or a scenario YAML/JSON file.")
+]
+PolicyOpt = Annotated[str, typer.Option("--policy", help="A policy, or several: a,b,c.")]
+OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Workload seed (default: the scenario's).")]
+ChartOpt = Annotated[bool, typer.Option("--chart/--no-chart", help="Draw PNG charts.")]
+
+
+def _scenario(name: str) -> Scenario:
+    """A catalogue name, or a YAML/JSON file holding a Scenario."""
+    if name in SCENARIOS:
+        return SCENARIOS[name]()
+    path = Path(name)
+    if path.suffix not in (".yaml", ".yml", ".json") or not path.is_file():
+        raise typer.BadParameter(f"unknown scenario; choose from {', '.join(SCENARIOS)} or a file")
+    try:
+        return Scenario.model_validate(yaml.safe_load(path.read_text()))
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise typer.BadParameter(f"{path}: {exc}") from None
+
+
+def _policies(text: str) -> list[str]:
+    try:
+        return policy_names(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--policy") from None
+
+
+def _finish(runs: list[Run], out: Path, chart: bool) -> None:
+    publish(runs, out, chart=chart)
+    summaries = [r.summary for r in runs]
+    if len(runs) > 1:
+        typer.echo(render.comparison_markdown(summaries))
+    else:
+        typer.echo(render.markdown(summaries[0]))
+    typer.echo(f"reports in {out}")
+    if not all(s.passed for s in summaries):
+        raise typer.Exit(1)
+
+
+def simulate_command(
+    scenario: ScenarioArg = "chat",
+    policy: PolicyOpt = "least_loaded",
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="Replay this JSONL/CSV trace on the scenario's fleet and classes."),
+    ] = None,
+    tenant: Annotated[str, typer.Option(help="Tenant of trace rows without one.")] = "default",
+    slo_class: Annotated[
+        str, typer.Option("--slo-class", help="Class of trace rows without one.")
+    ] = "interactive",
+    requests: Annotated[int | None, typer.Option(help="Replay only the first N requests.")] = None,
+    out: OutOpt = None,
+    seed: SeedOpt = None,
+    chart: ChartOpt = True,
+) -> None:
+    """Replay a scenario or a trace through the gateway's routing and admission, offline."""
+    spec = _scenario(scenario)
+    plan = _plan(spec, trace, tenant, slo_class, seed)[:requests]
+    if trace is not None:
+        spec = for_trace(spec, plan)
+    runs = _simulate_each(spec, plan, _policies(policy), seed or 0)
+    _finish(runs, out or Path("results") / f"simulate-{spec.name}", chart)
+
+
+def _simulate_each(
+    spec: Scenario, plan: list[PlannedRequest], policies: list[str], seed: int
+) -> list[Run]:
+    # The gateway code run offline logs as it does live (breaker phase changes); stamped with
+    # wall time while it runs in virtual time, those lines would only clutter the report.
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        return [_simulate_one(spec, plan, name, seed) for name in policies]
+    finally:
+        log.setLevel(level)
+
+
+def _simulate_one(spec: Scenario, plan: list[PlannedRequest], name: str, seed: int) -> Run:
+    run, result = simulate(spec, plan, name, seed)
+    per_cpu_s = len(plan) / max(result.cpu_s, 1e-9)
+    typer.echo(
+        f"{name}: simulated {len(plan)} requests in {result.wall_s:.2f} s wall, "
+        f"{result.cpu_s:.2f} s CPU ({per_cpu_s:.0f} requests per CPU second)"
+    )
+    return run
+
+
+def _plan(
+    spec: Scenario, trace: Path | None, tenant: str, slo_class: str, seed: int | None
+) -> list[PlannedRequest]:
+    if trace is None:
+        return spec.plan(seed)
+    try:
+        return read_trace(trace, default_tenant=tenant, default_class=slo_class)
+    except (OSError, TraceError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--trace") from None
+
+
+def loadtest_command(
+    scenario: ScenarioArg,
+    policy: PolicyOpt = "least_loaded",
+    url: Annotated[
+        str | None,
+        typer.Option(help="Target this gateway instead of starting the simulated fleet."),
+    ] = None,
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option("--api-key", help="TENANT=KEY for an external gateway (repeatable)."),
+    ] = None,
+    out: OutOpt = None,
+    seed: SeedOpt = None,
+    chart: ChartOpt = True,
+) -> None:
+    """Run a scenario live: Locust against the gateway (with the simulated fleet on loopback)."""
+    try:
+        from loadtests.live import LiveOptions, run_live
+    except ImportError as exc:
+        typer.echo(
+            f"the load test needs the `load` extra and the loadtests/ package: {exc}", err=True
+        )
+        raise typer.Exit(2) from None
+    spec = _scenario(scenario)
+    names = _policies(policy)
+    if url is not None and len(names) > 1:
+        raise typer.BadParameter("an external gateway runs its own policy", param_hint="--policy")
+    keys = _keys(api_key or [])
+    folder = out or Path("results") / f"loadtest-{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    runs = []
+    for name in names:
+        options = LiveOptions(policy=name, url=url, keys=keys, seed=seed)
+        typer.echo(f"{name}: running {spec.name} live for about {spec.duration_s:g} s")
+        runs.append(run_live(spec, folder / name, options))
+    _finish(runs, folder, chart)
+
+
+def _keys(items: list[str]) -> dict[str, str]:
+    keys = {}
+    for item in items:
+        tenant, sep, key = item.partition("=")
+        if not sep or not tenant or not key:
+            raise typer.BadParameter(f"expected TENANT=KEY, got {item!r}", param_hint="--api-key")
+        keys[tenant] = key
+    return keys

@@ -1,0 +1,179 @@
+"""The dashboard's data: one JSON document, served at GET /admin/dashboard.json for the page's
+polling and for scripts, and rendered server-side into the page's first state.
+
+    at_s, policy, store, shared_state, queue_depth
+    sample_s, span_s    the history ring's interval and span; window_s: how far back the
+                        windowed counts reach right now (grows to span_s after a restart);
+                        axis_s: the sparklines' time axis (at least a minute)
+    layout              changes when the endpoints, classes or tenants do (the page reloads)
+    endpoints[]         what GET /admin/endpoints shows per endpoint, plus
+                        health (ok | warn | degraded) and status (text),
+                        predicted {ttft_mean_s, ttft_p95_s, tpot_mean_s, tpot_p95_s, prompt_tokens}
+                        for a typical request, and history {at_s[], <Point field>[]} (sparklines)
+    classes[]           name, ttft_ms, tpot_ms, deadline_ms, priority, sheddable, and
+                        window / total: {requests, met, missed, attainment, shed {reason: n},
+                        shed_total, queued}
+    tenants[]           name, allowed_classes, window / total as for classes (queued: null)
+    decisions[]         newest first: the router's decision log entries plus `explanation`
+
+Endpoint fields are merged over replicas (the store); class and tenant counts are this
+replica's (its Prometheus counters).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import time
+from typing import Any
+
+from gateway.server import ops
+from gateway.server.dashboard import readings
+from gateway.server.dashboard.explain import explain
+from gateway.server.dashboard.history import History
+from gateway.server.dashboard.readings import Totals
+from gateway.server.runtime import Runtime
+from policies.estimate import Estimator
+
+DECISIONS_SHOWN = 15
+PHASES = {
+    "breaker_open": "breaker open",
+    "breaker_half_open": "breaker half-open, trial pending",
+    "cooling_down": "cooling down",
+    "retry_after": "cooling down (Retry-After)",
+    "insufficient_quota": "provider quota exhausted",
+    "rate_limit_exhausted": "provider rate limit exhausted",
+}
+
+
+def document(runtime: Runtime, history: History) -> dict[str, Any]:
+    now = time.time()
+    current = readings.totals(runtime.metrics)
+    oldest = history.oldest()
+    window = current.minus(oldest.totals) if oldest else current
+    return {
+        "at_s": now,
+        "policy": runtime.router.policy.name,
+        "store": runtime.store_kind,
+        "shared_state": "up" if runtime.shared_state_up else "degraded_to_local",
+        "queue_depth": readings.gauge_value(runtime.metrics.queue_depth),
+        "sample_s": history.interval_s,
+        "span_s": history.span_s,
+        "axis_s": history.axis_s(now),
+        "window_s": round(now - oldest.at_s, 1) if oldest else 0.0,
+        "layout": layout(runtime),
+        "endpoints": endpoints(runtime, history),
+        "classes": classes(runtime, window, current),
+        "tenants": tenants(runtime, window, current),
+        "decisions": decisions(runtime),
+    }
+
+
+def layout(runtime: Runtime) -> str:
+    config = runtime.config
+    parts = [
+        *runtime.registry.endpoints,
+        *(f"{name}:{klass.model_dump_json()}" for name, klass in config.classes.items()),
+        *config.tenants,
+    ]
+    return hashlib.blake2s("\n".join(parts).encode(), digest_size=6).hexdigest()
+
+
+def endpoints(runtime: Runtime, history: History) -> list[dict[str, Any]]:
+    model = readings.estimator(runtime)
+    entries = []
+    for view in ops.endpoint_views(runtime):
+        health, status = judge(view)
+        entries.append(
+            view
+            | {
+                "health": health,
+                "status": status,
+                "predicted": predicted(runtime, model, view["id"]),
+                "history": history.series(view["id"]),
+            }
+        )
+    return entries
+
+
+def judge(view: dict[str, Any]) -> tuple[str, str]:
+    """(health, status text): degraded = out of rotation or failing probes."""
+    phase = view["phase"]
+    if phase != "available":
+        return "degraded", f"DEGRADED · {PHASES.get(phase, phase.replace('_', ' '))}"
+    probe = view["last_probe"]
+    if probe is not None and not probe["ok"]:
+        return "degraded", f"DEGRADED · health probe failed ({probe['status'] or 'no answer'})"
+    if view["saturation"] != "open":
+        return "warn", f"BUSY · {view['saturation']}"
+    engine = view["engine"]
+    if view["kind"] == "vllm" and (engine is None or engine["kv_usage"] is None):
+        return "warn", "OK · no fresh engine metrics"
+    return "ok", "OK"
+
+
+def predicted(runtime: Runtime, model: Estimator, endpoint_id: str) -> dict[str, Any]:
+    prediction = readings.predict(runtime, model, endpoint_id)
+    return {
+        "ttft_mean_s": prediction.ttft_mean_s,
+        "ttft_p95_s": prediction.ttft_p95_s,
+        "tpot_mean_s": prediction.tpot_mean_s,
+        "tpot_p95_s": prediction.tpot_p95_s,
+        "prompt_tokens": readings.typical_request(runtime, model, endpoint_id).prompt_tokens,
+    }
+
+
+def tally(
+    totals: Totals, *, slo_class: str | None = None, tenant: str | None = None
+) -> dict[str, Any]:
+    """Counts for one class or one tenant (summing over the other)."""
+
+    def mine(key: tuple[str, ...]) -> bool:
+        return (slo_class is None or key[0] == slo_class) and (tenant is None or key[1] == tenant)
+
+    met = sum(n for key, n in totals.slo.items() if mine(key) and key[2] == "met")
+    missed = sum(n for key, n in totals.slo.items() if mine(key) and key[2] == "missed")
+    shed: dict[str, int] = {}
+    for key, n in totals.shed.items():
+        if mine(key) and n:
+            shed[key[2]] = shed.get(key[2], 0) + round(n)
+    queued = None if slo_class is None else round(totals.queued.get((slo_class,), 0.0))
+    return {
+        "requests": round(met + missed),
+        "met": round(met),
+        "missed": round(missed),
+        "attainment": met / (met + missed) if met + missed else None,
+        "shed": dict(sorted(shed.items())),
+        "shed_total": sum(shed.values()),
+        "queued": queued,
+    }
+
+
+def classes(runtime: Runtime, window: Totals, total: Totals) -> list[dict[str, Any]]:
+    return [
+        {"name": name}
+        | klass.model_dump()
+        | {
+            "window": tally(window, slo_class=name),
+            "total": tally(total, slo_class=name),
+        }
+        for name, klass in runtime.config.classes.items()
+    ]
+
+
+def tenants(runtime: Runtime, window: Totals, total: Totals) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": name,
+            "allowed_classes": tenant.allowed_classes,
+            "window": tally(window, tenant=name),
+            "total": tally(total, tenant=name),
+        }
+        for name, tenant in runtime.config.tenants.items()
+    ]
+
+
+def decisions(runtime: Runtime) -> list[dict[str, Any]]:
+    newest = itertools.islice(reversed(runtime.router.decisions), DECISIONS_SHOWN)
+    slo = runtime.config.classes
+    return [d | {"explanation": explain(d, slo.get(d["slo_class"]))} for d in newest]

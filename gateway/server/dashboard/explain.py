@@ -1,0 +1,59 @@
+"""Routing decisions in words, built from the router's decision log (`Router.decisions`).
+
+    slo_aware chose vllm-a (of 3): predicted p95 TTFT 120 ms ≤ 1000 ms target; the cheapest
+    endpoint predicted to meet the SLO
+
+Built when the dashboard asks, never on the request path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.config.settings import SloClassConfig
+
+REASONS = {
+    "slo_met": "the cheapest endpoint predicted to meet the SLO",
+    "slo_at_risk": "no endpoint is predicted to meet the SLO, so the closest goes first",
+    "explore": "exploring an endpoint with too few observations to trust its estimate",
+    "rotation": "next in rotation",
+    "least_loaded": "the fewest requests in flight",
+    "power_of_two": "the less loaded of two random picks",
+    "latency": "the lowest recent latency",
+    "cheapest": "the lowest price",
+}
+QUEUED_SHOWN_S = 0.01  # `queued_s` includes admission's own work; below this it is noise
+
+
+def explain(decision: Mapping[str, Any], slo: SloClassConfig | None) -> str:
+    ranking = decision.get("ranking") or []
+    chosen = ranking[0] if ranking else "no endpoint"
+    head = f"{decision.get('policy') or 'the policy'} chose {chosen}"
+    if len(ranking) > 1:
+        head += f" (of {len(ranking)})"
+    reason = decision.get("reason") or ""
+    parts = [_prediction(decision, slo), REASONS.get(reason, reason)]
+    queued_s = decision.get("queued_s") or 0.0
+    if queued_s >= QUEUED_SHOWN_S:
+        parts.append(f"waited {_ms(queued_s)} in the admission queue")
+    shown = [part for part in parts if part]
+    return f"{head}: {'; '.join(shown)}" if shown else head
+
+
+def _prediction(decision: Mapping[str, Any], slo: SloClassConfig | None) -> str:
+    p95_s = decision.get("predicted_ttft_p95_s")
+    value_s = p95_s if p95_s is not None else decision.get("predicted_ttft_s")
+    if value_s is None:
+        return ""
+    text = f"predicted {'p95 ' if p95_s is not None else ''}TTFT {_ms(value_s)}"
+    if slo is not None and slo.ttft_ms is not None:
+        sign = "≤" if value_s * 1e3 <= slo.ttft_ms else ">"
+        return f"{text} {sign} {slo.ttft_ms:g} ms target"
+    if slo is not None and slo.deadline_ms is not None:
+        return f"{text} (class deadline {slo.deadline_ms / 1e3:g} s)"
+    return text
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f} ms" if seconds >= 0.01 else f"{seconds * 1e3:.1f} ms"

@@ -1,0 +1,145 @@
+"""What the dashboard reads from a running gateway, and one sample of it for the history ring.
+
+Predictions are what the routing estimator (policies/estimate.py, with the configured policy's
+parameters, else the defaults) says now about a typical request on each endpoint: a prompt of
+the endpoint's mean prompt length in the window, and the default output length. Observed
+quantiles are the store's rolling ones (merged over replicas). Counts of SLO verdicts, sheds
+and queued requests come from this replica's Prometheus counters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from prometheus_client import Counter, Gauge
+
+from gateway.server.runtime import Runtime
+from gateway.telemetry.metrics import Metrics
+from policies.base import EndpointSnapshot, RouteRequest, SloTarget
+from policies.estimate import EstimateParams, Estimator, Prediction
+
+TYPICAL = SloTarget(name="dashboard")
+Key = tuple[str, ...]
+
+
+def estimator(runtime: Runtime) -> Estimator:
+    params = getattr(runtime.config.policy, "estimate", None)
+    return Estimator(params if isinstance(params, EstimateParams) else EstimateParams())
+
+
+def snapshot(runtime: Runtime, endpoint_id: str) -> EndpointSnapshot:
+    """Like the router's snapshots, but for every endpoint, in rotation or not."""
+    endpoint = runtime.registry.endpoints[endpoint_id]
+    stats = runtime.view.stats(endpoint_id)
+    return EndpointSnapshot(
+        endpoint_id=endpoint_id,
+        kind=endpoint.kind,
+        in_flight=stats.in_flight,
+        in_flight_tokens=runtime.view.local_tokens[endpoint_id],
+        max_concurrency=endpoint.max_concurrency,
+        input_price_per_1m=endpoint.price.input_per_1m,
+        output_price_per_1m=endpoint.price.output_per_1m,
+        engine=runtime.scraper.signals(endpoint_id),
+        latency=stats.latency,
+    )
+
+
+def typical_request(runtime: Runtime, model: Estimator, endpoint_id: str) -> RouteRequest:
+    latency = runtime.view.stats(endpoint_id).latency
+    prompt_tokens = latency.prompt_tokens_mean or model.params.mean_prompt_tokens
+    public_model = next(iter(runtime.registry.endpoints[endpoint_id].models))
+    return RouteRequest("dashboard", public_model, "", TYPICAL, round(prompt_tokens))
+
+
+def predict(runtime: Runtime, model: Estimator, endpoint_id: str) -> Prediction:
+    request = typical_request(runtime, model, endpoint_id)
+    return model.predict(request, snapshot(runtime, endpoint_id))
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Running totals of this replica's counters since it started."""
+
+    slo: Mapping[Key, float]  # (class, tenant, met|missed)
+    shed: Mapping[Key, float]  # (class, tenant, reason)
+    queued: Mapping[Key, float]  # (class,)
+
+    def minus(self, earlier: Totals) -> Totals:
+        return Totals(
+            _minus(self.slo, earlier.slo),
+            _minus(self.shed, earlier.shed),
+            _minus(self.queued, earlier.queued),
+        )
+
+
+def _minus(now: Mapping[Key, float], earlier: Mapping[Key, float]) -> dict[Key, float]:
+    return {key: value - earlier.get(key, 0.0) for key, value in now.items()}
+
+
+def totals(metrics: Metrics) -> Totals:
+    return Totals(
+        _counts(metrics.slo, ("slo_class", "tenant", "result")),
+        _counts(metrics.shed, ("slo_class", "tenant", "reason")),
+        _counts(metrics.queued, ("slo_class",)),
+    )
+
+
+def _counts(counter: Counter, labels: tuple[str, ...]) -> dict[Key, float]:
+    """Sum a counter's `_total` samples by `labels` (other labels are added up)."""
+    counts: dict[Key, float] = {}
+    for family in counter.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                key = tuple(sample.labels[name] for name in labels)
+                counts[key] = counts.get(key, 0.0) + sample.value
+    return counts
+
+
+def gauge_value(gauge: Gauge) -> float:
+    return sum(s.value for family in gauge.collect() for s in family.samples)
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One endpoint at one sample; None where nothing is known."""
+
+    ttft_p95_s: float | None
+    predicted_ttft_p95_s: float
+    tpot_p95_s: float | None
+    predicted_tpot_p95_s: float
+    in_flight: int
+    waiting: float | None
+    kv_usage: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    at_s: float
+    points: Mapping[str, Point]
+    totals: Totals
+
+
+SERIES = tuple(Point.__dataclass_fields__)
+
+
+def point(runtime: Runtime, model: Estimator, endpoint_id: str) -> Point:
+    stats = runtime.view.stats(endpoint_id)
+    engine = runtime.scraper.signals(endpoint_id)
+    predicted = predict(runtime, model, endpoint_id)
+    return Point(
+        ttft_p95_s=stats.latency.ttft_p95_s,
+        predicted_ttft_p95_s=predicted.ttft_p95_s,
+        tpot_p95_s=stats.latency.tpot_p95_s,
+        predicted_tpot_p95_s=predicted.tpot_p95_s,
+        in_flight=stats.in_flight,
+        waiting=engine.waiting if engine else None,
+        kv_usage=engine.kv_usage if engine else None,
+    )
+
+
+def sample(runtime: Runtime) -> Sample:
+    model = estimator(runtime)
+    points = {eid: point(runtime, model, eid) for eid in runtime.registry.endpoints}
+    return Sample(time.time(), points, totals(runtime.metrics))

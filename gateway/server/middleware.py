@@ -1,0 +1,106 @@
+"""The one ASGI middleware around every request: it names each request, and observes the API
+requests (paths under /v1/).
+
+Naming: a well-formed `x-request-id` from the client is kept, else one is made; handlers find
+it in `request.state.request_id`, and the response echoes it.
+
+Observing: per API request it opens the record that the handler, router and finisher note into
+(gateway/telemetry/record.py), makes the request span current (gateway/telemetry/tracing.py, when tracing is on),
+watches what is sent back (the status, and the error code of an error body), and at the very end
+(after the last byte of a stream) sets the span's attributes and writes one log line
+(gateway/telemetry/request_log.py).
+
+Both are one layer, so each message sent (every chunk of a stream) passes one wrapper, not two.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import secrets
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.telemetry import record as records
+from gateway.telemetry import request_log, tracing
+from gateway.telemetry.record import RequestRecord
+
+API_PREFIX = "/v1/"
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# A random per-process prefix and a counter: unique across replicas and restarts in practice,
+# at a fraction of uuid4's cost per request.
+_ID_PREFIX = secrets.token_hex(8)
+_ID_COUNTER = itertools.count()
+
+
+class RequestObserver:
+    def __init__(
+        self, app: ASGIApp, *, request_log: bool = True, log_prompts: bool = False
+    ) -> None:
+        self.app = app
+        self.request_log = request_log
+        self.log_prompts = log_prompts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = _incoming_id(scope) or _new_id()
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        named = (b"x-request-id", request_id.encode())
+        if not scope["path"].startswith(API_PREFIX):
+            await self.app(scope, receive, _naming(send, named))
+            return
+        record = RequestRecord(request_id, scope["method"], scope["path"], time.perf_counter())
+
+        async def observed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                record.status = message["status"]
+                message["headers"] = [*message.get("headers", ()), named]
+            elif record.status >= 400 and record.error_code is None:
+                record.error_code = request_log.error_code(message.get("body", b""), record.status)
+            await send(message)
+
+        token = records.begin(record)
+        try:
+            with tracing.request_span(scope) as span:
+                try:
+                    await self.app(scope, receive, observed)
+                finally:
+                    self._close(record, state.get("tenant"))
+                    tracing.close_request(span, record)
+        finally:
+            records.end(token)
+            if self.request_log:
+                request_log.emit(record, prompts=self.log_prompts)
+
+    @staticmethod
+    def _close(record: RequestRecord, tenant: str | None) -> None:
+        """An exception escaping here becomes the server's 500 (ServerErrorMiddleware)."""
+        record.tenant = record.tenant or tenant
+        if record.status == 0:
+            record.status = 500
+            record.error_code = record.error_code or "internal_error"
+
+
+def _naming(send: Send, named: tuple[bytes, bytes]) -> Send:
+    async def send_named(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", ()), named]
+        await send(message)
+
+    return send_named
+
+
+def _new_id() -> str:
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
+
+
+def _incoming_id(scope: Scope) -> str | None:
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            text = value.decode("latin-1")
+            return text if _REQUEST_ID.match(text) else None
+    return None

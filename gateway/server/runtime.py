@@ -1,0 +1,177 @@
+"""Everything one app instance owns while it runs, built and torn down by the app lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import BlockingConnectionPool, Redis
+
+from gateway.config.settings import GatewayConfig, Settings
+from gateway.core.admission_control import Admission
+from gateway.core.outcomes import Finisher
+from gateway.server.auth import KeyRing
+from gateway.server.router import Router
+from gateway.state import keys
+from gateway.state.background import Background
+from gateway.state.breaker import BreakerPolicy
+from gateway.state.leases import LeaseBook
+from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.redis_store import RedisStatsStore
+from gateway.state.store import StatsStore
+from gateway.state.view import ResilientStore, SharedView
+from gateway.telemetry.metrics import Metrics, log
+from gateway.upstream.client import Upstream
+from gateway.watch.endpoints import Registry
+from gateway.watch.health import HealthChecker
+from gateway.watch.scraper import Scraper
+from policies.registry import build as build_policy
+
+REDIS_MAX_CONNECTIONS = 64
+
+
+def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, str]:
+    """Redis (degrading to memory while it is down) when a URL is set, else memory."""
+    state = config.state
+    memory = MemoryStatsStore(window_s=state.window_s, bucket_s=state.bucket_s)
+    if not settings.redis_url:
+        return memory, "memory"
+    # A blocking pool: under a burst, calls wait for a connection (bounded by the timeout)
+    # instead of failing with "too many connections" and sending the replica to local state.
+    pool = BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=REDIS_MAX_CONNECTIONS,
+        timeout=state.redis_timeout_s,
+        socket_timeout=state.redis_timeout_s,
+        socket_connect_timeout=state.redis_timeout_s,
+    )
+    client = Redis.from_pool(pool)  # the client owns the pool: closing it disconnects all
+    redis = RedisStatsStore(
+        client,
+        window_s=state.window_s,
+        bucket_s=state.bucket_s,
+        prefix=settings.redis_prefix or keys.PREFIX,
+        owns_client=True,
+    )
+    return ResilientStore(redis, memory, client.ping, timeout_s=state.redis_timeout_s), "redis"
+
+
+def _watchers(
+    config: GatewayConfig, store: StatsStore, upstream: Upstream
+) -> tuple[Scraper, HealthChecker]:
+    """Engine scraping and health probes, sharing the upstream connection pool."""
+    state = config.state
+    scraper = Scraper(
+        config.endpoints,
+        upstream.client,
+        interval_s=state.scrape_interval_s,
+        stale_after_s=state.scrape_stale_after_s,
+    )
+    breaker = BreakerPolicy(state.breaker_failures, state.breaker_cooldown_s)
+    health = HealthChecker(
+        config.endpoints, store, upstream.client, policy=breaker, interval_s=state.health_interval_s
+    )
+    return scraper, health
+
+
+@dataclass
+class Runtime:
+    config: GatewayConfig
+    registry: Registry
+    keyring: KeyRing
+    store: StatsStore
+    store_kind: str
+    view: SharedView
+    scraper: Scraper
+    health: HealthChecker
+    admission: Admission
+    upstream: Upstream
+    router: Router
+    metrics: Metrics
+    background: Background
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _seq: itertools.count[int] = field(default_factory=itertools.count)
+
+    @classmethod
+    def build(
+        cls, config: GatewayConfig, settings: Settings, store: StatsStore | None = None
+    ) -> Runtime:
+        store, kind = (store, "custom") if store else open_store(config, settings)
+        metrics, background = Metrics(), Background()
+        registry = Registry(config.endpoints)
+        upstream = Upstream(config.server)
+        view = SharedView(store, [e.id for e in config.endpoints], config.state.refresh_s)
+        scraper, health = _watchers(config, store, upstream)
+        leases = LeaseBook(store, view, metrics, background, config.server.lease_ttl_s)
+        finisher = Finisher(leases, registry, health, view, metrics, background)
+        limits = {name: tenant.limits for name, tenant in config.tenants.items()}
+        admission = Admission(
+            config.admission, limits, store, metrics, background, config.server.lease_ttl_s
+        )
+        finisher.on_finished = admission.finished
+        policy = build_policy(config.policy)
+        router = Router(
+            config.server, registry, view, scraper, admission, policy, upstream, finisher, metrics
+        )
+        return cls(
+            config,
+            registry,
+            KeyRing(config),
+            store,
+            kind,
+            view,
+            scraper,
+            health,
+            admission,
+            upstream,
+            router,
+            metrics,
+            background,
+        )
+
+    def start(self) -> None:
+        """Start every background task; `close` stops them."""
+        jobs: list[Coroutine[Any, Any, None]] = [
+            self.view.run(),
+            self.scraper.run(),
+            self.health.run(),
+            self.admission.run(),
+            self.router.finisher.leases.run(),
+        ]
+        if isinstance(self.store, ResilientStore):
+            jobs.append(self.store.watch())
+        self.tasks = [asyncio.create_task(job) for job in jobs]
+
+    def apply(self, config: GatewayConfig) -> None:
+        """Swap in the reloadable sections of a new config (see gateway/server/reload.py)."""
+        fixed = ("endpoints", "server", "state")
+        if any(getattr(config, name) != getattr(self.config, name) for name in fixed):
+            log.warning("config reload: endpoints, server and state apply after a restart")
+        self.keyring = KeyRing(config)
+        limits = {name: tenant.limits for name, tenant in config.tenants.items()}
+        self.admission.reconfigure(config.admission, limits)
+        self.router.policy = build_policy(config.policy)
+        self.config = self.config.model_copy(
+            update={
+                name: getattr(config, name)
+                for name in ("tenants", "classes", "policy", "admission")
+            }
+        )
+
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    @property
+    def shared_state_up(self) -> bool:
+        return not isinstance(self.store, ResilientStore) or self.store.up
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.background.drain()
+        await self.upstream.aclose()
+        await self.store.close()

@@ -1,0 +1,223 @@
+"""Single-replica StatsStore: the Redis contract kept in this process.
+
+The same bucket sums (window.py), rate slots (rate.py) and breaker transitions (breaker.py) as
+the Redis store, so both give the same answers; the contract suite runs against both. No method
+awaits in the middle of an update, so each one is atomic on the event loop. Expired state is
+dropped when its key is next touched, as a Redis TTL would drop it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from gateway.state import window
+from gateway.state.breaker import BreakerPolicy, BreakerState, after_result, after_trial_claim
+from gateway.state.rate import slot_range
+from gateway.state.store import EndpointStats, LatencySample, TenantQuota, TenantVerdict
+from policies.base import LatencyEstimate
+
+_Fields = dict[str, float]
+_CLOSED = BreakerState()  # an endpoint with no breaker record yet (frozen: one serves all)
+
+
+class MemoryStatsStore:
+    def __init__(
+        self, *, window_s: float = 60.0, bucket_s: float = 5.0, half_life_s: float | None = None
+    ) -> None:
+        """`half_life_s` defaults to window_s / 4 (see window.py)."""
+        self.window_s = window_s
+        self.bucket_s = bucket_s
+        self.half_life_s = half_life_s or window_s / 4
+        self._bucket_count = math.ceil(window_s / bucket_s)
+        self._leases = _LeaseSets()
+        self._tenant_leases = _LeaseSets()
+        self._buckets: dict[str, dict[int, _Fields]] = {}
+        self._rates: dict[str, dict[int, int]] = {}
+        self._breakers: dict[str, BreakerState] = {}
+        self._cooldowns: dict[str, float] = {}
+        # endpoint -> (newest bucket it was computed at, estimate): weights change only when a
+        # bucket ends, so an estimate holds until then or until the next observation.
+        self._estimates: dict[str, tuple[int, LatencyEstimate]] = {}
+        # endpoint -> (newest bucket, plain and weighted sums of the buckets before it): only
+        # the newest bucket fills, so a read merges one bucket, not the whole window.
+        self._history: dict[str, tuple[int, _Fields, _Fields]] = {}
+
+    async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
+        return self._leases.add(endpoint_id, request_id, now + ttl_s, now)
+
+    async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
+        self._leases.remove(endpoint_id, request_id)
+
+    async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
+        return {eid: self._stats(eid, now) for eid in endpoint_ids}
+
+    async def read_in_flight(self, endpoint_ids: Sequence[str], *, now: float) -> dict[str, int]:
+        return {eid: self._leases.count(eid, now) for eid in endpoint_ids}
+
+    async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
+        self._estimates.pop(endpoint_id, None)
+        index = window.bucket_index(sample.at_s, self.bucket_s)
+        history = self._history.get(endpoint_id)
+        if history is not None and index < history[0]:
+            del self._history[endpoint_id]  # a late sample changes a merged bucket
+        buckets = self._buckets.setdefault(endpoint_id, {})
+        for old in [b for b in buckets if b <= index - self._bucket_count]:
+            del buckets[old]
+        fields = buckets.setdefault(index, {})
+        for name, amount in window.sample_fields(sample).items():
+            fields[name] = fields.get(name, 0.0) + amount
+
+    async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
+        _, total = self._rate(key, cost, None, window_s, now)
+        return total
+
+    async def try_hit(
+        self, key: str, *, cost: int, limit: int, window_s: float, now: float
+    ) -> tuple[bool, int]:
+        return self._rate(key, cost, limit, window_s, now)
+
+    async def admit_tenant(
+        self,
+        tenant: str,
+        request_id: str,
+        *,
+        tokens: int,
+        quota: TenantQuota,
+        ttl_s: float,
+        now: float,
+    ) -> TenantVerdict:
+        requests_key, tokens_key = f"tenant:{tenant}:requests", f"tenant:{tenant}:tokens"
+        if (
+            quota.requests is not None
+            and self._total(requests_key, quota, now) + 1 > quota.requests
+        ):
+            return "requests"
+        if quota.tokens is not None and self._total(tokens_key, quota, now) + tokens > quota.tokens:
+            return "tokens"
+        if quota.concurrent is not None:
+            key = f"tenant:{tenant}"
+            if self._tenant_leases.count(key, now) >= quota.concurrent:
+                return "concurrency"
+            self._tenant_leases.add(key, request_id, now + ttl_s, now)
+        if quota.requests is not None:
+            self._rate(requests_key, 1, None, quota.window_s, now)
+        if quota.tokens is not None:
+            self._rate(tokens_key, tokens, None, quota.window_s, now)
+        return "admitted"
+
+    async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None:
+        self._tenant_leases.remove(f"tenant:{tenant}", request_id)
+
+    def _total(self, key: str, quota: TenantQuota, now: float) -> int:
+        _, total = self._rate(key, 0, None, quota.window_s, now)
+        return total
+
+    async def record_result(
+        self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
+    ) -> BreakerState:
+        state = self._breakers.get(endpoint_id, _CLOSED)
+        state = after_result(state, ok=ok, now=now, policy=policy)
+        self._breakers[endpoint_id] = state
+        return state
+
+    async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
+        state = self._breakers.get(endpoint_id, _CLOSED)
+        claimed = after_trial_claim(state, now=now, policy=policy)
+        if claimed is None:
+            return False
+        self._breakers[endpoint_id] = claimed
+        return True
+
+    async def cool_down(self, endpoint_id: str, *, until_s: float, now: float) -> float:
+        until_s = max(until_s, self._cooldowns.get(endpoint_id, 0.0))
+        self._cooldowns[endpoint_id] = until_s
+        return until_s
+
+    async def close(self) -> None:
+        return None
+
+    def _rate(
+        self, key: str, cost: int, limit: int | None, window_s: float, now: float
+    ) -> tuple[bool, int]:
+        current, oldest = slot_range(now, window_s)
+        slots = self._rates.setdefault(key, {})
+        for old in [s for s in slots if s < oldest]:
+            del slots[old]
+        total = sum(slots.values())
+        if limit is not None and total + cost > limit:
+            return False, total
+        slots[current] = slots.get(current, 0) + cost
+        return True, total + cost
+
+    def _stats(self, endpoint_id: str, now: float) -> EndpointStats:
+        return EndpointStats(
+            self._leases.count(endpoint_id, now),
+            self._latency(endpoint_id, window.bucket_index(now, self.bucket_s)),
+            self._breakers.get(endpoint_id, _CLOSED),
+            self._cooldowns.get(endpoint_id, 0.0),
+        )
+
+    def _latency(self, endpoint_id: str, newest: int) -> LatencyEstimate:
+        cached = self._estimates.get(endpoint_id)
+        if cached is not None and cached[0] == newest:
+            return cached[1]
+        older_sums, older_weighted = self._older(endpoint_id, newest)
+        sums, weighted = dict(older_sums), dict(older_weighted)
+        for name, value in self._buckets.get(endpoint_id, {}).get(newest, {}).items():
+            sums[name] = sums.get(name, 0.0) + value
+            weighted[name] = weighted.get(name, 0.0) + value  # the newest bucket weighs 1
+        estimate = window.estimate(sums, weighted)
+        self._estimates[endpoint_id] = (newest, estimate)
+        return estimate
+
+    def _older(self, endpoint_id: str, newest: int) -> tuple[_Fields, _Fields]:
+        """Merged sums of the window's buckets before `newest`, computed once per bucket."""
+        history = self._history.get(endpoint_id)
+        if history is not None and history[0] == newest:
+            return history[1], history[2]
+        weights = {
+            index: window.weight((newest - index) * self.bucket_s, self.half_life_s)
+            for index in range(newest - self._bucket_count + 1, newest)
+        }
+        fields = (
+            (weights[index], name, value)
+            for index, bucket in self._buckets.get(endpoint_id, {}).items()
+            if index in weights
+            for name, value in bucket.items()
+        )
+        sums, weighted = window.merge(fields)
+        self._history[endpoint_id] = (newest, sums, weighted)
+        return sums, weighted
+
+
+class _LeaseSets:
+    """Lease sets by key (request id -> expiry), expired leases dropped when a key is read.
+
+    Each set keeps a lower bound on its expiries, so a read finds nothing due without scanning:
+    the view reads every endpoint's set at every refresh, over every lease held.
+    """
+
+    def __init__(self) -> None:
+        self._sets: dict[str, dict[str, float]] = {}
+        self._due: dict[str, float] = {}  # key -> no lease of it expires before this
+
+    def count(self, key: str, now: float) -> int:
+        leases = self._sets.get(key)
+        if leases is None:
+            return 0
+        if now >= self._due[key]:
+            for request_id in [r for r, expiry in leases.items() if expiry <= now]:
+                del leases[request_id]
+            self._due[key] = min(leases.values(), default=math.inf)
+        return len(leases)
+
+    def add(self, key: str, request_id: str, expiry: float, now: float) -> int:
+        """Take (or renew) a lease; the set's size after."""
+        self.count(key, now)
+        self._sets.setdefault(key, {})[request_id] = expiry
+        self._due[key] = min(self._due.get(key, math.inf), expiry)
+        return len(self._sets[key])
+
+    def remove(self, key: str, request_id: str) -> None:
+        self._sets.get(key, {}).pop(request_id, None)

@@ -1,0 +1,123 @@
+"""The shared-state contract: in-flight leases, rolling latency statistics, rate windows.
+
+Two implementations keep one contract (proven by one suite in tests/contract/):
+`MemoryStatsStore` for a single replica, `RedisStatsStore` for many sharing one Redis.
+Callers pass `now` (unix seconds, wall clock: replicas compare it) so tests can drive time.
+
+    leases          acquire / release: in-flight count per endpoint over all replicas, with a TTL
+                    so a crashed replica's leases expire
+    estimates       observe a finished request; read() returns rolling estimates (window.py)
+    rate windows    hit / try_hit: cost in the last window_s, exact across replicas
+    tenants         admit_tenant: every limit of a tenant checked and counted at once, or none;
+                    release_tenant gives the concurrency slot back
+    health          record_result / claim_trial: the shared circuit breaker (breaker.py);
+                    cool_down: a provider's Retry-After, shared
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from gateway.state.breaker import BreakerPolicy, BreakerState
+from policies.base import LatencyEstimate
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySample:
+    """One finished request on one endpoint."""
+
+    at_s: float  # when the request finished (unix s); picks its time bucket
+    ok: bool
+    status: int  # HTTP status, 0 for a connection error or timeout
+    prompt_tokens: int
+    output_tokens: int
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float
+    in_flight: int = 0  # gateway-wide leases when the request started
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuota:
+    """A tenant's limits (None: unlimited); the rate limits count over `window_s`."""
+
+    requests: int | None = None
+    tokens: int | None = None
+    concurrent: int | None = None
+    window_s: float = 60.0
+
+
+TenantVerdict = Literal["admitted", "requests", "tokens", "concurrency"]
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointStats:
+    in_flight: int = 0
+    latency: LatencyEstimate = field(default_factory=LatencyEstimate)
+    breaker: BreakerState = field(default_factory=BreakerState)
+    cooldown_until_s: float = 0.0  # a provider asked us to wait (Retry-After) until then
+
+    def available(self, now: float) -> bool:
+        """In rotation: not cooling down and the breaker closed (half-open waits for a trial)."""
+        return self.cooldown_until_s <= now and self.breaker.phase(now) == "closed"
+
+
+class StatsStore(Protocol):
+    async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
+        """Take a lease; returns the endpoint's in-flight count over all replicas."""
+        ...
+
+    async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None: ...
+
+    async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
+        """Every endpoint's stats in one round trip."""
+        ...
+
+    async def read_in_flight(self, endpoint_ids: Sequence[str], *, now: float) -> dict[str, int]:
+        """Only the live lease counts, in one round trip: far cheaper than read()."""
+        ...
+
+    async def observe(self, endpoint_id: str, sample: LatencySample) -> None: ...
+
+    async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
+        """Add `cost` to a sliding rate window; returns the window's total after the add."""
+        ...
+
+    async def try_hit(
+        self, key: str, *, cost: int, limit: int, window_s: float, now: float
+    ) -> tuple[bool, int]:
+        """Add `cost` only if the window's total stays <= limit: (added, total afterwards)."""
+        ...
+
+    async def admit_tenant(
+        self,
+        tenant: str,
+        request_id: str,
+        *,
+        tokens: int,
+        quota: TenantQuota,
+        ttl_s: float,
+        now: float,
+    ) -> TenantVerdict:
+        """Check every limit; count the request against all of them only if all pass."""
+        ...
+
+    async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None: ...
+
+    async def record_result(
+        self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
+    ) -> BreakerState:
+        """Apply one request or probe outcome to the shared breaker; returns the new state."""
+        ...
+
+    async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
+        """True for exactly one caller per trial while the breaker is half-open."""
+        ...
+
+    async def cool_down(self, endpoint_id: str, *, until_s: float, now: float) -> float:
+        """Keep the endpoint out of rotation until `until_s` (never shortens); returns the end."""
+        ...
+
+    async def close(self) -> None: ...

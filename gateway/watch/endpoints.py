@@ -1,0 +1,51 @@
+"""Configured endpoints and what this replica knows about them right now.
+
+Shared health (the circuit breaker, Retry-After cool-downs) lives in the stats store and reaches
+the request path through `SharedView`; this registry keeps only what must act instantly on this
+replica: a Retry-After cool-down seen a moment ago, or a provider out of quota.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from gateway.config.settings import EndpointConfig
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointState:
+    cooldown_until_s: float = 0.0
+    cooldown_reason: str = ""
+
+    def available(self, now: float) -> bool:
+        return now >= self.cooldown_until_s
+
+
+class Registry:
+    def __init__(self, endpoints: Sequence[EndpointConfig]) -> None:
+        self.endpoints = {e.id: e for e in endpoints}
+        self._by_model: dict[str, tuple[EndpointConfig, ...]] = {}
+        for endpoint in endpoints:
+            for model in endpoint.models:
+                self._by_model[model] = (*self._by_model.get(model, ()), endpoint)
+        self._state = {e.id: EndpointState() for e in endpoints}
+
+    def models(self) -> list[str]:
+        return sorted(self._by_model)
+
+    def serving(self, model: str) -> tuple[EndpointConfig, ...]:
+        return self._by_model.get(model, ())
+
+    def state(self, endpoint_id: str) -> EndpointState:
+        return self._state[endpoint_id]
+
+    def available(self, endpoint_id: str, now: float) -> bool:
+        return self._state[endpoint_id].available(now)
+
+    def cool_down(self, endpoint_id: str, until_s: float, reason: str) -> None:
+        state = self._state[endpoint_id]
+        if until_s > state.cooldown_until_s:
+            self._state[endpoint_id] = replace(
+                state, cooldown_until_s=until_s, cooldown_reason=reason
+            )
