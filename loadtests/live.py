@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.offline.records import RequestRecord, read_records, unserved
+from gateway.offline.records import LoadRecord, read_records, unserved
 from gateway.offline.report import RunFacts, summarize
 from gateway.offline.runs import Run
 from gateway.offline.scenario import Scenario
@@ -122,7 +122,7 @@ def _locust(plan: Plan, out_dir: Path, url: str) -> None:
         )
 
 
-def _complete(plan: Plan, records: list[RequestRecord]) -> list[RequestRecord]:
+def _complete(plan: Plan, records: list[LoadRecord]) -> list[LoadRecord]:
     seen = {r.request_id for r in records}
     missing = [
         unserved(str(c.index), c, 0, "unfinished") for c in plan.calls if str(c.index) not in seen

@@ -21,7 +21,7 @@ import gevent
 import requests
 from locust import HttpUser, LoadTestShape, constant, task
 
-from gateway.offline.records import RequestRecord, classify, record_line
+from gateway.offline.records import LoadRecord, classify, record_line
 from loadtests.plan import Plan, PlannedCall
 from loadtests.stream import Measured, measure, request_body
 
@@ -52,7 +52,7 @@ class Replay:
     def elapsed_s(self) -> float:
         return time.perf_counter() - (self.started or time.perf_counter())
 
-    def record(self, record: RequestRecord) -> None:
+    def record(self, record: LoadRecord) -> None:
         # appended and closed at once: a record survives whatever happens to Locust later
         with open(self.plan.records, "a") as out:
             out.write(record_line(record))
@@ -143,9 +143,9 @@ def _broken(status: int, what: str, e2e_s: float) -> Measured:
     return Measured(status, f"stream broken: {what}", False, "", 0, e2e_s)
 
 
-def _record(call: PlannedCall, start_s: float, m: Measured) -> RequestRecord:
+def _record(call: PlannedCall, start_s: float, m: Measured) -> LoadRecord:
     outcome = classify(m.status, m.reason if m.gateway_reason else None, m.completed)
-    return RequestRecord(
+    return LoadRecord(
         request_id=str(call.index),
         tenant=call.tenant,
         slo_class=call.slo_class,

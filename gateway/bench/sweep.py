@@ -42,7 +42,7 @@ class SweepPlan:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestRecord:
+class SweepSample:
     level: Level
     seq: int
     sent_at_s: float  # since the level started
@@ -53,7 +53,7 @@ class RequestRecord:
 class LevelRun:
     level: Level
     wall_s: float  # first send to last stream end
-    records: tuple[RequestRecord, ...]
+    records: tuple[SweepSample, ...]
 
 
 class Progress:
@@ -118,7 +118,7 @@ async def run_level(
     clock: Clock = time.perf_counter,
 ) -> LevelRun:
     start = clock()
-    records: list[RequestRecord] = []
+    records: list[SweepSample] = []
     seqs = itertools.count()
     more = _more_requests(plan, start, clock)
 
@@ -128,7 +128,7 @@ async def run_level(
             # unique per request in the whole sweep, so no prompt hits the prefix cache
             prompt = make_prompt(level.prompt_tokens, nonce=level.concurrency * 100_000 + seq)
             m = await measure(client, target, prompt, plan.output_tokens, clock)
-            records.append(RequestRecord(level, seq, sent_at_s, m))
+            records.append(SweepSample(level, seq, sent_at_s, m))
             if progress is not None:
                 progress.advance(level, len(records))
 
@@ -145,5 +145,5 @@ def _more_requests(plan: SweepPlan, start: float, clock: Clock) -> Callable[[int
     return lambda seq: seq < plan.requests_per_level
 
 
-def flatten(runs: Sequence[LevelRun]) -> list[RequestRecord]:
+def flatten(runs: Sequence[LevelRun]) -> list[SweepSample]:
     return [record for run in runs for record in run.records]

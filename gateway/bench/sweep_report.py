@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.bench.client import Measurement
-from gateway.bench.sweep import LevelRun, RequestRecord
+from gateway.bench.sweep import LevelRun, SweepSample
 
 MAX_FAILED_FRACTION = 0.05
 _SLO_ITEM = re.compile(r"^(ttft|tpot)=(\d+(?:\.\d+)?)(ms|s)$")
@@ -214,13 +214,13 @@ def render_notes(summaries: Sequence[LevelSummary], slo: Slo | None = None) -> l
     return notes
 
 
-def render_errors(records: Sequence[RequestRecord], limit: int = 5) -> list[str]:
+def render_errors(records: Sequence[SweepSample], limit: int = 5) -> list[str]:
     """The most frequent error messages, with counts."""
     errors = Counter(r.measurement.error for r in records if r.measurement.error is not None)
     return [f"error x{count}: {message}" for message, count in errors.most_common(limit)]
 
 
-def record_row(record: RequestRecord) -> dict[str, Any]:
+def record_row(record: SweepSample) -> dict[str, Any]:
     """One request as a flat dict (times in ms), for the CSV and JSON files."""
     m = record.measurement
 
@@ -253,7 +253,7 @@ REQUEST_FIELDS = (
 )
 
 
-def write_csv(records: Sequence[RequestRecord], path: Path) -> None:
+def write_csv(records: Sequence[SweepSample], path: Path) -> None:
     """One row per request; the ITL list is joined with ";" to keep one cell."""
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=REQUEST_FIELDS)

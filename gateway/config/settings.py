@@ -225,6 +225,7 @@ class Settings(BaseSettings):
     )
     redis_prefix: str | None = None  # namespaces keys when deployments share one Redis
     log_level: str = "info"
-    request_log: bool = True  # one JSON line per API request on stdout (gateway/telemetry/request_log.py)
+    # one JSON line per API request on stdout (gateway/telemetry/request_log.py)
+    request_log: bool = True
     log_prompts: bool = False  # debug only: adds prompt text to those lines
     dashboard_sample_s: float = Field(2.0, gt=0)  # the dashboard's history ring samples every

@@ -22,6 +22,8 @@ from gateway.core.rate_limits import classify_error
 from gateway.errors import AttemptFailed, GatewayError, Rejected, UpstreamError, UpstreamTimeout
 
 RETRY_BACKOFF_S = 0.1  # wait before retrying the same endpoint when it gave no Retry-After
+# Statuses that are the client's fault: relayed as the upstream sent them, never failed over.
+CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
 FIRST_BYTE_TIMEOUT = "first_byte_timeout"  # AttemptFailed.reason of an endpoint that never answered
 
 

@@ -2,8 +2,8 @@
 
 Nothing here decides: every step calls the code the live gateway runs, built from the same
 `GatewayConfig`, only with `now` passed in and a stats store whose calls never suspend:
-    tenant limits   `AdmissionControl.admit_tenant` (gateway/core/admission_control.py): every limit of the
-                    tenant checked and counted in one atomic store call
+    tenant limits   `AdmissionControl.admit_tenant` (gateway/core/admission_control.py): every
+                    limit of the tenant checked and counted in one atomic store call
     candidates      `candidate_snapshots` (gateway/core/candidates.py), as `Router.snapshots`: the
                     registry's rotation, the `SharedView` (refreshed every `state.refresh_s`)
                     and the `LatestScrapes` of the engines with their age
@@ -34,7 +34,7 @@ from gateway.config.settings import GatewayConfig, parse_config
 from gateway.core.admission_control import AdmissionControl
 from gateway.core.candidates import candidate_snapshots, only_candidates
 from gateway.core.failover import answered_with_error
-from gateway.core.outcomes import Finished, Outcomes
+from gateway.core.outcomes import Outcomes
 from gateway.errors import AttemptFailed
 from gateway.offline.members import Refusal
 from gateway.offline.scenario import Scenario
@@ -44,6 +44,7 @@ from gateway.state.breaker import BreakerPolicy
 from gateway.state.leases import LocalLeases
 from gateway.state.memory_store import MemoryStatsStore
 from gateway.state.view import SharedView
+from gateway.telemetry.record import Finished
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import Breakers
 from gateway.watch.scraper import LatestScrapes
@@ -109,7 +110,6 @@ class GatewayModel:
         self.outcomes = Outcomes(
             self.leases, self.registry, self.breakers, self.view, run_to_completion
         )
-        self.outcomes.on_finished = self.admission.finished
         self.policy = build_policy(config.policy)
         self.rng = random.Random(seed)
 
@@ -180,8 +180,10 @@ class GatewayModel:
         limit_headers: Mapping[str, str] | None,
         now_s: float,
     ) -> None:
-        """`Finisher.finish`; `limit_headers`: a provider's rate-limit headers."""
+        """`Finisher.finish`, then `Router.handle`'s end: the tenant's concurrency slot goes back.
+        `limit_headers`: a provider's rate-limit headers."""
         self.outcomes.finished(endpoint_id, route, result, limit_headers, now_s)
+        self.admission.finished(route, now_s)
 
     def request_done(self, route: RouteRequest, now_s: float) -> None:
         """`Admission.finished`: the tenant's concurrency slot goes back."""

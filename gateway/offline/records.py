@@ -26,7 +26,7 @@ SHED_STATUSES = (429, 503)
 
 
 @dataclass(frozen=True, slots=True)
-class RequestRecord:
+class LoadRecord:
     request_id: str
     tenant: str
     slo_class: str
@@ -70,9 +70,9 @@ def unserved(
     shed: bool = False,
     attempts: int = 0,
     e2e_s: float | None = None,
-) -> RequestRecord:
+) -> LoadRecord:
     """A request that got no answer: refused on purpose by the gateway (`shed`), or failed."""
-    return RequestRecord(
+    return LoadRecord(
         request_id=request_id,
         tenant=planned.tenant,
         slo_class=planned.slo_class,
@@ -96,27 +96,27 @@ def classify(status: int, reason: str | None, completed: bool) -> Outcome:
     return "error"
 
 
-_FIELDS = tuple(f.name for f in fields(RequestRecord))
+_FIELDS = tuple(f.name for f in fields(LoadRecord))
 _VALUES = attrgetter(*_FIELDS)
 
 
-def record_line(record: RequestRecord) -> str:
+def record_line(record: LoadRecord) -> str:
     """One JSONL line; `dataclasses.asdict` would cost several times more (it deep-copies each
     value), and a run writes one line per request."""
     return json.dumps(dict(zip(_FIELDS, _VALUES(record), strict=True))) + "\n"
 
 
-def write_records(path: str | Path, records: Iterable[RequestRecord]) -> None:
+def write_records(path: str | Path, records: Iterable[LoadRecord]) -> None:
     with Path(path).open("w") as out:
         out.writelines(map(record_line, records))
 
 
-def read_records(path: str | Path) -> list[RequestRecord]:
+def read_records(path: str | Path) -> list[LoadRecord]:
     return list(_read(Path(path)))
 
 
-def _read(path: Path) -> Iterator[RequestRecord]:
+def _read(path: Path) -> Iterator[LoadRecord]:
     with path.open() as lines:
         for line in lines:
             if line.strip():
-                yield RequestRecord(**json.loads(line))
+                yield LoadRecord(**json.loads(line))

@@ -1,6 +1,6 @@
 """The SLO report: per-class and per-tenant metrics from request records, and the verdict.
 
-Both drivers (live Locust run, offline simulation) produce `RequestRecord`s; `summarize` turns
+Both drivers (live Locust run, offline simulation) produce `LoadRecord`s; `summarize` turns
 them into the same `Summary`, so live and offline numbers mean the same thing.
 
 Per group (all requests; each class; each tenant; each class × tenant)
@@ -29,7 +29,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gateway.config.settings import SloClassConfig
-from gateway.offline.records import RequestRecord
+from gateway.core import slo
+from gateway.offline.records import LoadRecord
 from gateway.offline.scenario import Check, Scenario
 
 ALL = "all"
@@ -46,19 +47,14 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def meets_slo(record: RequestRecord, target: SloClassConfig) -> bool:
-    if record.outcome != "ok":
-        return False
-    if target.ttft_ms is not None and (
-        record.ttft_s is None or record.ttft_s * 1e3 > target.ttft_ms
-    ):
-        return False
-    tpot_ms = record.tpot_s * 1e3 if record.tpot_s is not None else None
-    if target.tpot_ms is not None and tpot_ms is not None and tpot_ms > target.tpot_ms:
-        return False
-    return not (
-        target.deadline_ms is not None
-        and (record.e2e_s is None or record.e2e_s * 1e3 > target.deadline_ms)
+def meets_slo(record: LoadRecord, target: SloClassConfig) -> bool:
+    """The live judgement (gateway/core/slo.py) applied to one record."""
+    return slo.meets_slo(
+        target.target(record.slo_class),
+        ok=record.outcome == "ok",
+        ttft_s=record.ttft_s,
+        tpot_s=record.tpot_s,
+        e2e_s=record.e2e_s if record.e2e_s is not None else math.inf,
     )
 
 
@@ -141,7 +137,7 @@ class RunFacts:
     preemptions: float | None = None
 
 
-def summarize(scenario: Scenario, records: Sequence[RequestRecord], facts: RunFacts) -> Summary:
+def summarize(scenario: Scenario, records: Sequence[LoadRecord], facts: RunFacts) -> Summary:
     good = {r.request_id for r in records if meets_slo(r, scenario.classes[r.slo_class])}
     total_good = len(good)
     prices = scenario.prices()
@@ -174,8 +170,8 @@ def _fields(summary: Summary) -> dict[str, Any]:
     return {name: getattr(summary, name) for name in Summary.__dataclass_fields__}
 
 
-def _grouped(records: Iterable[RequestRecord]) -> dict[str, list[RequestRecord]]:
-    groups: dict[str, list[RequestRecord]] = {ALL: []}
+def _grouped(records: Iterable[LoadRecord]) -> dict[str, list[LoadRecord]]:
+    groups: dict[str, list[LoadRecord]] = {ALL: []}
     for r in records:
         for key in (
             ALL,
@@ -188,7 +184,7 @@ def _grouped(records: Iterable[RequestRecord]) -> dict[str, list[RequestRecord]]
 
 
 def _group(
-    records: Sequence[RequestRecord],
+    records: Sequence[LoadRecord],
     good: set[str],
     total_good: int,
     prices: Mapping[str, tuple[float, float]],
@@ -231,21 +227,21 @@ def _ratio(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
-def _cost(record: RequestRecord, prices: Mapping[str, tuple[float, float]]) -> float:
+def _cost(record: LoadRecord, prices: Mapping[str, tuple[float, float]]) -> float:
     price_in, price_out = prices.get(record.endpoint, (0.0, 0.0))
     return (record.prompt_tokens * price_in + record.output_tokens * price_out) / 1e6
 
 
-def _attempts_ratio(records: Sequence[RequestRecord]) -> float | None:
+def _attempts_ratio(records: Sequence[LoadRecord]) -> float | None:
     forwarded = [r for r in records if r.attempts > 0]
     return sum(r.attempts for r in forwarded) / len(forwarded) if forwarded else None
 
 
 def _timeline(
-    records: Sequence[RequestRecord], good: set[str], scenario: Scenario, window_s: float
+    records: Sequence[LoadRecord], good: set[str], scenario: Scenario, window_s: float
 ) -> list[Window]:
     count = max(1, math.ceil(scenario.duration_s / window_s))
-    buckets: list[list[RequestRecord]] = [[] for _ in range(count)]
+    buckets: list[list[LoadRecord]] = [[] for _ in range(count)]
     for r in records:
         buckets[min(count - 1, int(r.arrival_s / window_s))].append(r)
     busy = _busy_seconds(records, count, window_s)
@@ -257,7 +253,7 @@ def _timeline(
 
 def _window(
     start_s: float,
-    members: Sequence[RequestRecord],
+    members: Sequence[LoadRecord],
     good: set[str],
     classes: list[str],
     load: float,
@@ -280,7 +276,7 @@ def _window(
     )
 
 
-def _busy_seconds(records: Iterable[RequestRecord], count: int, window_s: float) -> list[float]:
+def _busy_seconds(records: Iterable[LoadRecord], count: int, window_s: float) -> list[float]:
     """Request-seconds in flight per window (its mean concurrency times window_s)."""
     busy = [0.0] * count
     for r in records:

@@ -1,7 +1,7 @@
 """Runs and their files, shared by `slo-gateway simulate` and `slo-gateway loadtest`.
 
 Output layout under the chosen directory:
-    <policy>/records.jsonl   one RequestRecord per request
+    <policy>/records.jsonl   one LoadRecord per request
     <policy>/report.md|json  the report (gateway.offline.render)
     <policy>/report.png      its chart (when matplotlib is installed)
     comparison.md|json|png   with more than one policy
@@ -16,7 +16,7 @@ from typing import Any
 
 from gateway.offline import render
 from gateway.offline import report_charts as charts
-from gateway.offline.records import RequestRecord, write_records
+from gateway.offline.records import LoadRecord, write_records
 from gateway.offline.report import RunFacts, Summary, summarize
 from gateway.offline.scenario import Scenario, TenantSpec
 from gateway.offline.simulator import SimResult, Simulator
@@ -27,7 +27,7 @@ from policies.registry import POLICIES
 @dataclass(frozen=True, slots=True)
 class Run:
     summary: Summary
-    records: Sequence[RequestRecord]
+    records: Sequence[LoadRecord]
 
 
 def policy_names(text: str) -> list[str]:

@@ -29,15 +29,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.admission_control import DISPATCH_TICK_S
-from gateway.core.failover import FIRST_BYTE_TIMEOUT, backoff_s, final_error, gives_up
-from gateway.core.outcomes import Finished
+from gateway.core.failover import (
+    CLIENT_FAULT_STATUSES,
+    FIRST_BYTE_TIMEOUT,
+    backoff_s,
+    final_error,
+    gives_up,
+)
 from gateway.errors import AttemptFailed, GatewayError, Rejected
 from gateway.offline.gateway_model import GatewayModel, Queued, offline_config
 from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider, scraped_state
-from gateway.offline.records import RequestRecord, unserved
+from gateway.offline.records import LoadRecord, unserved
 from gateway.offline.scenario import FaultEvent, Scenario
 from gateway.offline.trace import PlannedRequest
-from gateway.upstream.client import CLIENT_FAULT_STATUSES
+from gateway.telemetry.record import Finished
 from policies.admission import Admit, Queue, Reject
 from policies.base import EndpointSnapshot, RouteRequest
 
@@ -58,7 +63,7 @@ class _Flight:
 
 @dataclass(frozen=True, slots=True)
 class SimResult:
-    records: list[RequestRecord]
+    records: list[LoadRecord]
     preemptions: int
     wall_s: float
     cpu_s: float  # on a shared machine the CPU time says more than the wall time
@@ -89,7 +94,7 @@ class Simulator:
         self.end_s = scenario.duration_s + scenario.drain_s
         self._events: list[tuple[float, int, int, Any]] = []
         self._order = itertools.count()
-        self._records: list[RequestRecord | None] = [None] * len(plan)
+        self._records: list[LoadRecord | None] = [None] * len(plan)
         self._flights: dict[str, _Flight] = {}
         self._seq = itertools.count()
         self._dispatching = False
@@ -325,7 +330,7 @@ class Simulator:
         tokens = route.max_tokens or 1
         tpot_s = (now_s - first_s) / (tokens - 1) if tokens > 1 else None
         self._observe(flight, now_s, "ok", 200, first_s=first_s, tpot_s=tpot_s)
-        self._records[flight.index] = RequestRecord(
+        self._records[flight.index] = LoadRecord(
             request_id=route.request_id,
             tenant=planned.tenant,
             slo_class=planned.slo_class,

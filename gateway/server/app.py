@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.config.settings import GatewayConfig, Settings
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.server import dashboard, openai_routes, ops
-from gateway.server.middleware import RequestObserver
+from gateway.server.middleware import RequestMiddleware
 from gateway.server.reload import ConfigReloader
 from gateway.server.runtime import Runtime
 from gateway.state.store import StatsStore
@@ -59,8 +59,8 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
-        # FastAPI's own OpenTelemetry stays off: gateway/telemetry/tracing.py makes the spans, and the
-        # check alone (three global provider lookups per request) cost ~4% of a request.
+        # FastAPI's own OpenTelemetry stays off: gateway/telemetry/tracing.py makes the spans, and
+        # the check alone (three global provider lookups per request) cost ~4% of a request.
         telemetry={"tracing": False, "metrics": False, "logs": False},
         exception_handlers={
             GatewayError: _gateway_error,
@@ -73,9 +73,9 @@ def create_app(
     app.include_router(ops.routes)
     app.include_router(dashboard.routes)
     app.add_middleware(
-        RequestObserver, request_log=settings.request_log, log_prompts=settings.log_prompts
+        RequestMiddleware, request_log=settings.request_log, log_prompts=settings.log_prompts
     )
-    app.direct = RequestObserver(
+    app.direct = RequestMiddleware(
         _serve_direct, request_log=settings.request_log, log_prompts=settings.log_prompts
     )
     return app
@@ -103,10 +103,12 @@ class GatewayApp(FastAPI):
 
 
 async def _serve_direct(scope: Scope, receive: Receive, send: Send) -> None:
+    """The route answers; an error raised before its response started is rendered here."""
     request = Request(scope, receive)
     response: Response
     try:
-        response = await openai_routes.handle(request, *openai_routes.POSTS[scope["path"]])
+        await openai_routes.handle(request, send, *openai_routes.POSTS[scope["path"]])
+        return
     except GatewayError as exc:
         response = await _gateway_error(request, exc)
     except Exception as exc:

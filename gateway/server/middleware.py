@@ -1,14 +1,14 @@
-"""The one ASGI middleware around every request: it names each request, and observes the API
+"""The one ASGI middleware around every request: it names each request, and records the API
 requests (paths under /v1/).
 
 Naming: a well-formed `x-request-id` from the client is kept, else one is made; handlers find
 it in `request.state.request_id`, and the response echoes it.
 
-Observing: per API request it opens the record that the handler, router and finisher note into
-(gateway/telemetry/record.py), makes the request span current (gateway/telemetry/tracing.py, when tracing is on),
-watches what is sent back (the status, and the error code of an error body), and at the very end
-(after the last byte of a stream) sets the span's attributes and writes one log line
-(gateway/telemetry/request_log.py).
+Recording: per API request it opens the record (gateway/telemetry/record.py) that the route
+finds in `request.state.record` and passes to the router, makes the request span current
+(gateway/telemetry/tracing.py, when tracing is on), watches what is sent back (the status, and
+the error code of an error body), and at the very end (after the last byte of a stream) sets the
+span's attributes and writes one log line (gateway/telemetry/request_log.py).
 
 Both are one layer, so each message sent (every chunk of a stream) passes one wrapper, not two.
 """
@@ -22,7 +22,6 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.telemetry import record as records
 from gateway.telemetry import request_log, tracing
 from gateway.telemetry.record import RequestRecord
 
@@ -34,7 +33,7 @@ _ID_PREFIX = secrets.token_hex(8)
 _ID_COUNTER = itertools.count()
 
 
-class RequestObserver:
+class RequestMiddleware:
     def __init__(
         self, app: ASGIApp, *, request_log: bool = True, log_prompts: bool = False
     ) -> None:
@@ -54,8 +53,9 @@ class RequestObserver:
             await self.app(scope, receive, _naming(send, named))
             return
         record = RequestRecord(request_id, scope["method"], scope["path"], time.perf_counter())
+        state["record"] = record
 
-        async def observed(message: Message) -> None:
+        async def recorded(message: Message) -> None:
             if message["type"] == "http.response.start":
                 record.status = message["status"]
                 message["headers"] = [*message.get("headers", ()), named]
@@ -63,16 +63,14 @@ class RequestObserver:
                 record.error_code = request_log.error_code(message.get("body", b""), record.status)
             await send(message)
 
-        token = records.begin(record)
         try:
             with tracing.request_span(scope) as span:
                 try:
-                    await self.app(scope, receive, observed)
+                    await self.app(scope, receive, recorded)
                 finally:
                     self._close(record, state.get("tenant"))
                     tracing.close_request(span, record)
         finally:
-            records.end(token)
             if self.request_log:
                 request_log.emit(record, prompts=self.log_prompts)
 

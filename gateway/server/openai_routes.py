@@ -8,21 +8,17 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
-from starlette.types import Receive
+from starlette.types import Receive, Send
 
 from gateway.core import tokens
-from gateway.core.outcomes import body_result, stream_result
 from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
 from gateway.server import openapi
-from gateway.server.router import ClientGone, Routed
 from gateway.server.runtime import Runtime
-from gateway.telemetry import tracing
-from gateway.telemetry.record import note_route
-from gateway.upstream.client import StreamRelay, UpstreamCall, client_disconnected
-from gateway.upstream.sse import StreamWatch
+from gateway.telemetry.record import RequestRecord
+from gateway.upstream.client import UpstreamCall
 from policies.base import RouteRequest
 
 # The routes as FastAPI documents them in /openapi.json (and serves GET /v1/models). The POST
@@ -39,19 +35,20 @@ class Fields:
     max_tokens: int | None
 
 
+# These three are never called: GatewayApp serves their POSTs directly (see gateway/server/app.py).
 @documented.post("/v1/chat/completions", openapi_extra=openapi.completion_route(openapi.CHAT_BODY))
-async def chat_completions(request: Request) -> Response:
-    return await handle(request, "/chat/completions", "chat")
+async def chat_completions() -> None:
+    raise NotImplementedError("served by GatewayApp")
 
 
 @documented.post("/v1/completions", openapi_extra=openapi.completion_route(openapi.COMPLETION_BODY))
-async def completions(request: Request) -> Response:
-    return await handle(request, "/completions", "completions")
+async def completions() -> None:
+    raise NotImplementedError("served by GatewayApp")
 
 
 @documented.post("/v1/embeddings", openapi_extra=openapi.completion_route(openapi.EMBEDDINGS_BODY))
-async def embeddings(request: Request) -> Response:
-    return await handle(request, "/embeddings", "embeddings")
+async def embeddings() -> None:
+    raise NotImplementedError("served by GatewayApp")
 
 
 @documented.get("/v1/models", openapi_extra=openapi.models_route())
@@ -73,11 +70,14 @@ POSTS: dict[str, tuple[str, Kind]] = {
 }
 
 
-async def handle(request: Request, path: str, kind: Kind) -> Response:
+async def handle(request: Request, send: Send, path: str, kind: Kind) -> None:
+    """Parse and classify, then hand the request to `Router.handle`, which answers it."""
     runtime: Runtime = request.app.state.runtime
     caller = runtime.keyring.caller(request.headers.get("authorization"))
     request.state.tenant = caller.tenant
+    record: RequestRecord = request.state.record
     body = await read_body(request, runtime.config.server.max_body_bytes)
+    record.body = body
     fields = route_fields(body, kind)
     if not runtime.registry.serving(fields.model):
         raise ModelNotFound(
@@ -96,51 +96,8 @@ async def handle(request: Request, path: str, kind: Kind) -> Response:
         stream=fields.stream,
         seq=runtime.next_seq(),
     )
-    note_route(route, body)
-    with tracing.span("admission"):
-        await runtime.admission.admit_tenant(route)
-    try:
-        ranking = await runtime.router.decide(route)
-        call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream)
-        routed = await runtime.router.open(
-            call, route, ranking, lambda: client_disconnected(request.receive)
-        )
-    except ClientGone:
-        runtime.admission.finished(route)
-        return Response(status_code=499)
-    except BaseException:
-        runtime.admission.finished(route)
-        raise
-    return respond(runtime, routed, route)
-
-
-def respond(runtime: Runtime, routed: Routed, route: RouteRequest) -> Response:
-    opened = routed.opened
-    headers = explain(routed, route) | opened.headers()
-    finisher = runtime.router.finisher
-    if not route.stream or opened.status >= 300:
-        finisher.finish(opened, route, body_result(opened, route.prompt_tokens))
-        return Response(opened.first, status_code=opened.status, headers=headers)
-    watch = StreamWatch(started_s=opened.started_s)
-
-    def on_end(outcome: str) -> None:
-        finisher.finish(opened, route, stream_result(opened, watch, outcome, route.prompt_tokens))
-
-    return StreamRelay(opened, watch, on_end, headers | STREAM_HEADERS)
-
-
-def explain(routed: Routed, route: RouteRequest) -> dict[str, str]:
-    headers = {
-        "x-slo-gateway-endpoint": routed.opened.endpoint.id,
-        "x-slo-gateway-class": route.slo.name,
-        "x-slo-gateway-attempts": str(routed.attempts),
-    }
-    if routed.ranking.reason:
-        headers["x-slo-gateway-decision"] = routed.ranking.reason
-    if routed.ranking.predicted_ttft_s is not None:
-        headers["x-slo-gateway-predicted-ttft-ms"] = f"{routed.ranking.predicted_ttft_s * 1e3:.0f}"
-        headers["x-slo-gateway-at-risk"] = "true" if routed.ranking.at_risk else "false"
-    return headers
+    call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream)
+    await runtime.router.handle(route, call, record, request.receive, send)
 
 
 async def read_body(request: Request, max_bytes: int) -> dict[str, Any]:

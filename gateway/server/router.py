@@ -1,4 +1,14 @@
-"""The one orchestrator: candidates -> admission -> policy.rank -> forward with failover.
+"""`Router.handle`: one request's whole lifecycle, admit -> rank -> forward -> relay -> record.
+
+The API route (gateway/server/openai_routes.py) parses and classifies the request, then hands it
+here with its record; everything from there to the last byte happens in `handle`, in order:
+1. tenant limits, then the candidates in rotation and admission (saturation, shedding, the
+   deadline queue); 2. the policy's ranking; 3. forwarding along the ranking with failover
+   before the first byte (tenacity after the first failed attempt, by gateway/core/failover.py's
+   rules); 4. the answer relayed to the client, whole or streamed; 5. accounting (leases,
+   statistics, SLO, metrics) and the tenant's concurrency slot given back.
+A refusal or a failure before the response starts is raised as a `GatewayError`, which the API
+layer renders in its own error shape; after it, the relay ends the stream with an error event.
 
 Policies stay pure because this module enforces the invariants around them: it drops endpoints
 that are cooling down or whose shared breaker is open before `rank`, keeps only real candidates
@@ -13,33 +23,33 @@ import asyncio
 import math
 import random
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.types import Receive, Send
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from gateway.config.settings import EndpointConfig, ServerConfig
-from gateway.core.admission_control import Admission
 from gateway.core.candidates import candidate_snapshots, next_available_in_s, only_candidates
 from gateway.core.failover import backoff_s, final_error, gives_up
-from gateway.core.outcomes import Finisher
-from gateway.errors import (
-    AttemptFailed,
-    NoEndpointAvailable,
-)
+from gateway.errors import AttemptFailed, NoEndpointAvailable
+from gateway.server.admission_queue import Admission
+from gateway.server.decision_log import DecisionLog
+from gateway.server.finisher import Finisher, body_result, stream_result
 from gateway.state.view import SharedView
 from gateway.telemetry import tracing
 from gateway.telemetry.metrics import Metrics
-from gateway.telemetry.record import note_attempt, note_ranking
+from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import Opened, Upstream, UpstreamCall
 from gateway.upstream.departure import Departure
+from gateway.upstream.relay import client_disconnected, relay
+from gateway.upstream.sse import StreamWatch
 from gateway.watch.endpoints import Registry
 from gateway.watch.scraper import Scraper
 from policies.base import EndpointSnapshot, Ranking, RouteRequest, RoutingPolicy
 
-DECISION_LOG_SIZE = 1000
+STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 class ClientGone(Exception):
@@ -51,46 +61,6 @@ class Routed:
     opened: Opened
     ranking: Ranking
     attempts: int
-
-
-Logged = tuple[float, RouteRequest, Ranking, str, float]  # at_s, request, ranking, policy, queued
-
-
-class DecisionLog:
-    """The recent decisions, kept as they were made and turned into dicts only when read (by
-    /admin/decisions and the dashboard), not once per request."""
-
-    def __init__(self) -> None:
-        self._entries: deque[Logged] = deque(maxlen=DECISION_LOG_SIZE)
-        self.append = self._entries.append
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return map(self._entry, self._entries)
-
-    def __reversed__(self) -> Iterator[dict[str, Any]]:
-        return map(self._entry, reversed(self._entries))
-
-    @staticmethod
-    def _entry(logged: Logged) -> dict[str, Any]:
-        at_s, request, ranking, policy, waited_s = logged
-        return {
-            "at_s": at_s,
-            "request_id": request.request_id,
-            "tenant": request.tenant,
-            "slo_class": request.slo.name,
-            "model": request.model,
-            "prompt_tokens": request.prompt_tokens,
-            "ranking": [s.endpoint_id for s in ranking.endpoints],
-            "policy": policy,
-            "predicted_ttft_s": ranking.predicted_ttft_s,
-            "predicted_ttft_p95_s": ranking.predicted_ttft_p95_s,
-            "at_risk": ranking.at_risk,
-            "reason": ranking.reason,
-            "queued_s": round(waited_s, 4),
-        }
 
 
 class Router:
@@ -118,6 +88,59 @@ class Router:
         self.rng = random.Random()
         self.decisions = DecisionLog()
 
+    async def handle(
+        self,
+        request: RouteRequest,
+        call: UpstreamCall,
+        record: RequestRecord,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Serve one request, start to end (the module's docstring lists the steps)."""
+        record.route, record.tenant = request, request.tenant
+        with tracing.span("admission"):
+            await self.admission.admit_tenant(request)
+        try:
+            routed = await self._route(request, call, record, receive)
+        except ClientGone:
+            await send({"type": "http.response.start", "status": 499, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        else:
+            await self._respond(routed, request, record, receive, send)
+        finally:
+            self.admission.finished(request)
+
+    async def _route(
+        self, request: RouteRequest, call: UpstreamCall, record: RequestRecord, receive: Receive
+    ) -> Routed:
+        ranking = await self.decide(request, record)
+        return await self.open(call, request, ranking, record, lambda: client_disconnected(receive))
+
+    async def _respond(
+        self,
+        routed: Routed,
+        request: RouteRequest,
+        record: RequestRecord,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        opened = routed.opened
+        headers = explain(routed, request) | opened.relayed_headers()
+        if not request.stream or opened.status >= 300:
+            self.finisher.finish(
+                opened, request, body_result(opened, request.prompt_tokens), record
+            )
+            await _send_whole(send, opened, headers)
+            return
+        watch = StreamWatch(started_s=opened.started_s)
+        outcome = "cancelled"
+        try:
+            outcome = await relay(opened, watch, _raw(headers | STREAM_HEADERS), receive, send)
+        finally:
+            result = stream_result(opened, watch, outcome, request.prompt_tokens)
+            self.finisher.finish(opened, request, result, record)
+
     def snapshots(self, model: str) -> list[EndpointSnapshot]:
         """One immutable snapshot per endpoint of `model` that is in rotation now."""
         return candidate_snapshots(
@@ -125,10 +148,10 @@ class Router:
         )
 
     def next_available_in_s(self, model: str) -> float:
-        """Seconds until an endpoint of `model` is back in rotation (see gateway/candidates)."""
+        """Seconds until an endpoint of `model` is back in rotation (gateway/core/candidates)."""
         return next_available_in_s(self.registry, self.view, model, time.time())
 
-    async def decide(self, request: RouteRequest) -> Ranking:
+    async def decide(self, request: RouteRequest, record: RequestRecord) -> Ranking:
         """Admit (maybe after queueing) and rank; the decision time excludes queueing."""
         started = time.perf_counter()
         candidates = self.snapshots(request.model)
@@ -153,44 +176,44 @@ class Router:
             raise NoEndpointAvailable(
                 "The routing policy found no endpoint for this request.", code="no_endpoint"
             )
-        self._log(request, ranking, waited_s)
-        note_ranking(ranking, waited_s)
-        return ranking
-
-    def _log(self, request: RouteRequest, ranking: Ranking, waited_s: float) -> None:
         self.decisions.append((time.time(), request, ranking, self.policy.name, waited_s))
+        record.ranking, record.queued_s = ranking, waited_s
+        return ranking
 
     async def open(
         self,
         call: UpstreamCall,
         request: RouteRequest,
         ranking: Ranking,
+        record: RequestRecord,
         disconnected: Callable[[], Awaitable[Any]],
     ) -> Routed:
         """Open the first endpoint that answers; give up if the client leaves first."""
         departure = Departure(disconnected)
         try:
             with departure:
-                return await self._open(call, request, ranking)
+                return await self._open(call, request, ranking, record)
         except asyncio.CancelledError:
             if not departure.left:
                 raise  # cancelled from outside (shutdown), not by the client leaving
             departure.forgive()
             raise ClientGone() from None
 
-    async def _open(self, call: UpstreamCall, request: RouteRequest, ranking: Ranking) -> Routed:
+    async def _open(
+        self, call: UpstreamCall, request: RouteRequest, ranking: Ranking, record: RequestRecord
+    ) -> Routed:
         """The first attempt runs directly (the common case, and cheaper); tenacity takes over
         only when it failed and the failure allows another."""
         order = [self.registry.endpoints[s.endpoint_id] for s in ranking.endpoints]
         try:
-            return Routed(await self._attempt(order[0], call, request), ranking, 1)
+            return Routed(await self._attempt(order[0], call, request, record), ranking, 1)
         except AttemptFailed as failure:
             if self._gives_up(order, 1, failure):
                 raise final_error(failure) from None
             wait_s = self._backoff_s(order, failure)
         if wait_s > 0:
             await asyncio.sleep(wait_s)
-        return await self._retry(order, call, request, ranking)
+        return await self._retry(order, call, request, ranking, record)
 
     async def _retry(
         self,
@@ -198,6 +221,7 @@ class Router:
         call: UpstreamCall,
         request: RouteRequest,
         ranking: Ranking,
+        record: RequestRecord,
     ) -> Routed:
         """Attempts from the second on; tenacity's attempt n is the request's attempt n + 1."""
         retrying = AsyncRetrying(
@@ -211,7 +235,7 @@ class Router:
                 with attempt:
                     number = attempt.retry_state.attempt_number + 1
                     endpoint = order[(number - 1) % len(order)]
-                    opened = await self._attempt(endpoint, call, request)
+                    opened = await self._attempt(endpoint, call, request, record)
                     return Routed(opened, ranking, number)
         except AttemptFailed as last:
             raise final_error(last) from None
@@ -240,12 +264,17 @@ class Router:
         return backoff_s(len(order), failure, self.server)
 
     async def _attempt(
-        self, endpoint: EndpointConfig, call: UpstreamCall, request: RouteRequest
+        self,
+        endpoint: EndpointConfig,
+        call: UpstreamCall,
+        request: RouteRequest,
+        record: RequestRecord,
     ) -> Opened:
         self.finisher.start(endpoint.id, call.request_id, self.admission.footprint(request))
-        note_attempt(endpoint.id)
+        record.endpoint_id = endpoint.id
+        record.attempts += 1
         try:
-            with tracing.upstream_span(endpoint, call):
+            with tracing.upstream_span(endpoint, call.path, call.model, record):
                 return await self.upstream.open(endpoint, call)
         except AttemptFailed as failure:
             self.finisher.failed_attempt(endpoint.id, request, failure)
@@ -253,3 +282,30 @@ class Router:
         except BaseException:
             self.finisher.abandoned(endpoint.id, call.request_id)
             raise
+
+
+def explain(routed: Routed, request: RouteRequest) -> dict[str, str]:
+    """The response headers that say which endpoint answered and why."""
+    headers = {
+        "x-slo-gateway-endpoint": routed.opened.endpoint.id,
+        "x-slo-gateway-class": request.slo.name,
+        "x-slo-gateway-attempts": str(routed.attempts),
+    }
+    ranking = routed.ranking
+    if ranking.reason:
+        headers["x-slo-gateway-decision"] = ranking.reason
+    if ranking.predicted_ttft_s is not None:
+        headers["x-slo-gateway-predicted-ttft-ms"] = f"{ranking.predicted_ttft_s * 1e3:.0f}"
+        headers["x-slo-gateway-at-risk"] = "true" if ranking.at_risk else "false"
+    return headers
+
+
+async def _send_whole(send: Send, opened: Opened, headers: dict[str, str]) -> None:
+    body = opened.first
+    raw = [*_raw(headers), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": opened.status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]

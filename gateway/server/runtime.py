@@ -11,9 +11,9 @@ from typing import Any
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from gateway.config.settings import GatewayConfig, Settings
-from gateway.core.admission_control import Admission
-from gateway.core.outcomes import Finisher
+from gateway.server.admission_queue import Admission
 from gateway.server.auth import KeyRing
+from gateway.server.finisher import Finisher
 from gateway.server.router import Router
 from gateway.state import keys
 from gateway.state.background import Background
@@ -24,7 +24,7 @@ from gateway.state.redis_store import RedisStatsStore
 from gateway.state.store import StatsStore
 from gateway.state.view import ResilientStore, SharedView
 from gateway.telemetry.metrics import Metrics, log
-from gateway.upstream.client import Upstream
+from gateway.upstream.client import AiohttpUpstream
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import HealthChecker
 from gateway.watch.scraper import Scraper
@@ -60,7 +60,7 @@ def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, s
 
 
 def _watchers(
-    config: GatewayConfig, store: StatsStore, upstream: Upstream
+    config: GatewayConfig, store: StatsStore, upstream: AiohttpUpstream
 ) -> tuple[Scraper, HealthChecker]:
     """Engine scraping and health probes, sharing the upstream connection pool."""
     state = config.state
@@ -88,7 +88,7 @@ class Runtime:
     scraper: Scraper
     health: HealthChecker
     admission: Admission
-    upstream: Upstream
+    upstream: AiohttpUpstream
     router: Router
     metrics: Metrics
     background: Background
@@ -102,7 +102,7 @@ class Runtime:
         store, kind = (store, "custom") if store else open_store(config, settings)
         metrics, background = Metrics(), Background()
         registry = Registry(config.endpoints)
-        upstream = Upstream(config.server)
+        upstream = AiohttpUpstream(config.server)
         view = SharedView(store, [e.id for e in config.endpoints], config.state.refresh_s)
         scraper, health = _watchers(config, store, upstream)
         leases = LeaseBook(store, view, metrics, background, config.server.lease_ttl_s)
@@ -111,7 +111,6 @@ class Runtime:
         admission = Admission(
             config.admission, limits, store, metrics, background, config.server.lease_ttl_s
         )
-        finisher.on_finished = admission.finished
         policy = build_policy(config.policy)
         router = Router(
             config.server, registry, view, scraper, admission, policy, upstream, finisher, metrics

@@ -1,16 +1,15 @@
 """What happened to one API request, noted as it goes and read once, at its end.
 
-The request observer (gateway/server/middleware.py) opens a `RequestRecord` for every API request and
-makes it current for the request's context. It is a ContextVar, so the tasks a request starts
-(the failover attempt, the task relaying a stream) copy it and note into the same object. The
-API handler, the router and the finisher note what they learn; at the end the observer writes
-the log line (gateway/telemetry/request_log.py) and the request span's attributes (gateway/telemetry/tracing.py) from it.
-Noting outside an observed request does nothing.
+The request middleware (gateway/server/middleware.py) opens a `RequestRecord` for every API
+request and hands it to the route, which passes it to `Router.handle`; the router and the
+finisher note into it what they learn. At the end the middleware writes the log line
+(gateway/telemetry/request_log.py) and the request span's attributes
+(gateway/telemetry/tracing.py) from it. The record is passed explicitly: no module finds it
+through ambient state.
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,18 @@ from policies.base import Ranking, RouteRequest
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from gateway.core.outcomes import Finished
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The observed result of one request on one endpoint."""
+
+    outcome: str  # ok, upstream_error, cancelled, client_error
+    status: int
+    prompt_tokens: int
+    output_tokens: int
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float
 
 
 @dataclass(slots=True)
@@ -38,47 +48,5 @@ class RequestRecord:
     endpoint_id: str | None = None  # the last endpoint tried
     attempts: int = 0
     result: Finished | None = None
+    slo_met: bool | None = None  # the one judgement (gateway/core/slo.py), None when unjudged
     upstream_span: Span | None = None  # the open span of the attempt that answered
-
-
-_current: ContextVar[RequestRecord | None] = ContextVar("slo_gateway_request", default=None)
-
-
-def begin(record: RequestRecord) -> Token[RequestRecord | None]:
-    return _current.set(record)
-
-
-def end(token: Token[RequestRecord | None]) -> None:
-    _current.reset(token)
-
-
-def current() -> RequestRecord | None:
-    return _current.get()
-
-
-def note_route(route: RouteRequest, body: dict[str, Any]) -> None:
-    record = _current.get()
-    if record is not None:
-        record.route = route
-        record.tenant = route.tenant
-        record.body = body
-
-
-def note_ranking(ranking: Ranking, queued_s: float) -> None:
-    record = _current.get()
-    if record is not None:
-        record.ranking = ranking
-        record.queued_s = queued_s
-
-
-def note_attempt(endpoint_id: str) -> None:
-    record = _current.get()
-    if record is not None:
-        record.endpoint_id = endpoint_id
-        record.attempts += 1
-
-
-def note_result(result: Finished) -> None:
-    record = _current.get()
-    if record is not None:
-        record.result = result

@@ -1,6 +1,7 @@
 """Structured request logs: one JSON line per API request, written when the request ends.
 
-The line is built from the request's record (gateway/telemetry/record.py) with one `orjson.dumps`, and goes
+The line is built from the request's record (gateway/telemetry/record.py) with one
+`orjson.dumps`, and goes
 to the `slo_gateway.requests` logger, which writes bare lines to stdout. Nothing is logged per
 chunk. Every line has the same keys (null when unknown):
 
@@ -32,7 +33,6 @@ from typing import Any
 
 import orjson
 
-from gateway.core.outcomes import slo_met
 from gateway.telemetry.record import RequestRecord
 
 request_log = logging.getLogger("slo_gateway.requests")
@@ -144,7 +144,7 @@ def _result_fields(record: RequestRecord) -> dict[str, Any]:
         "tpot_ms": _ms(result.tpot_s) if result else None,
         "prompt_tokens": result.prompt_tokens if result else (route and route.prompt_tokens),
         "output_tokens": result.output_tokens if result else None,
-        "slo_met": slo_met(route.slo, result) if result and route else None,
+        "slo_met": record.slo_met,
         "duration_ms": _ms(time.perf_counter() - record.started_s),
     }
 

@@ -33,7 +33,6 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gateway.telemetry import record as records
 from gateway.telemetry.metrics import log
 from gateway.telemetry.record import RequestRecord
 
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
     from gateway.config.settings import EndpointConfig
-    from gateway.upstream.client import UpstreamCall
 
 _tracer: Tracer | None = None
 _NOTHING: AbstractContextManager[None] = nullcontext()
@@ -145,19 +143,24 @@ def inject(headers: dict[str, str]) -> None:
         propagate.inject(headers)
 
 
-def upstream_span(endpoint: EndpointConfig, call: UpstreamCall) -> AbstractContextManager[None]:
-    """One upstream attempt. A failed attempt's span ends here; the span of the attempt that
-    answered stays open in the request's record until the response ends."""
+def upstream_span(
+    endpoint: EndpointConfig, path: str, model: str, record: RequestRecord
+) -> AbstractContextManager[None]:
+    """One upstream attempt at `path` below the endpoint's base URL for the public `model`. A
+    failed attempt's span ends here; the span of the attempt that answered stays open in the
+    request's record until the response ends."""
     if _tracer is None:
         return _NOTHING
-    return _upstream(_tracer, endpoint, call)
+    return _upstream(_tracer, endpoint, path, model, record)
 
 
 @contextmanager
-def _upstream(tracer: Tracer, endpoint: EndpointConfig, call: UpstreamCall) -> Iterator[None]:
+def _upstream(
+    tracer: Tracer, endpoint: EndpointConfig, path: str, model: str, record: RequestRecord
+) -> Iterator[None]:
     from opentelemetry.trace import SpanKind, StatusCode
 
-    attributes = _upstream_attributes(endpoint, call)
+    attributes = _upstream_attributes(endpoint, path, model)
     name = f"{attributes['gen_ai.operation.name']} {attributes['gen_ai.request.model']}"
     with tracer.start_as_current_span(
         name, kind=SpanKind.CLIENT, attributes=attributes, end_on_exit=False
@@ -170,17 +173,13 @@ def _upstream(tracer: Tracer, endpoint: EndpointConfig, call: UpstreamCall) -> I
             current.set_status(StatusCode.ERROR, reason)
             current.end()
             raise
-    record = records.current()
-    if record is None:
-        current.end()
-    else:
-        record.upstream_span = current
+    record.upstream_span = current
 
 
-def _upstream_attributes(endpoint: EndpointConfig, call: UpstreamCall) -> dict[str, Any]:
+def _upstream_attributes(endpoint: EndpointConfig, path: str, model: str) -> dict[str, Any]:
     attributes: dict[str, Any] = {
-        "gen_ai.operation.name": _OPERATIONS.get(call.path, "embeddings"),
-        "gen_ai.request.model": endpoint.models.get(call.model, call.model),
+        "gen_ai.operation.name": _OPERATIONS.get(path, "embeddings"),
+        "gen_ai.request.model": endpoint.models.get(model, model),
         "gen_ai.provider.name": endpoint.kind,
         "slo_gateway.endpoint": endpoint.id,
     }

@@ -13,27 +13,20 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from gateway.config.settings import EndpointConfig, ServerConfig
-from gateway.core.failover import FIRST_BYTE_TIMEOUT, answered_with_error
+from gateway.core.failover import CLIENT_FAULT_STATUSES, FIRST_BYTE_TIMEOUT, answered_with_error
 from gateway.errors import AttemptFailed, InvalidRequest
 from gateway.telemetry import tracing
-from gateway.upstream.departure import Departure
-from gateway.upstream.sse import StreamWatch, error_event
 
-CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
 POOL_SIZE = 1000
-# What a failing upstream connection raises: aiohttp's errors, its timeouts, bare socket errors.
-UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 
 class MappedAiohttpTransport(AiohttpTransport):
@@ -58,48 +51,44 @@ class UpstreamCall:
     stream: bool
 
 
-class UpstreamResponse:
-    """An aiohttp response seen through the little the rest of the gateway reads of it."""
+class Chunks(Protocol):
+    """The rest of a response body, chunk by chunk as it arrives; b"" at its end."""
 
-    __slots__ = ("raw",)
-
-    def __init__(self, raw: aiohttp.ClientResponse) -> None:
-        self.raw = raw
-
-    @property
-    def status_code(self) -> int:
-        return self.raw.status
-
-    @property
-    def headers(self) -> Mapping[str, str]:
-        return self.raw.headers  # case-insensitive, like httpx's
-
-    async def aclose(self) -> None:
-        """Back to the pool when the body was read to the end; else the connection is closed,
-        which is how the upstream learns that the request was abandoned."""
-        self.raw.release()
+    async def readany(self) -> bytes: ...
 
 
 @dataclass(slots=True)
 class Opened:
-    """An upstream response whose first bytes are in hand (the whole body when not streamed)."""
+    """An upstream response whose first bytes are in hand (the whole body when not streamed).
+
+    `release` gives the connection back to the pool when the body was read to the end, else
+    closes it, which is how the upstream learns that the request was abandoned; it never
+    suspends."""
 
     endpoint: EndpointConfig
-    response: UpstreamResponse
+    status: int
+    headers: Mapping[str, str]  # the upstream's, case-insensitive
     first: bytes
-    rest: aiohttp.StreamReader  # the same stream the first bytes came from
+    rest: Chunks
+    release: Callable[[], None]
     started_s: float
 
-    @property
-    def status(self) -> int:
-        return self.response.raw.status
-
-    def headers(self) -> dict[str, str]:
-        kind = self.response.raw.headers.get("content-type")
+    def relayed_headers(self) -> dict[str, str]:
+        """The upstream headers the client gets: only the content type."""
+        kind = self.headers.get("content-type")
         return {"content-type": kind} if kind else {}
 
 
-class Upstream:
+class Upstream(Protocol):
+    """Opens one attempt at an endpoint. `AiohttpUpstream` on the wire; tests of the router and
+    failover logic pass an in-process one (tests/fixtures/upstream_fakes.py)."""
+
+    async def open(self, endpoint: EndpointConfig, call: UpstreamCall) -> Opened:
+        """Returns with the first bytes in hand, or raises AttemptFailed."""
+        ...
+
+
+class AiohttpUpstream:
     """Upstream clients. The request path uses aiohttp directly: measured, httpx's API over the
     httpx-aiohttp transport still cost 0.54x aiohttp's requests per core (request building,
     Headers, URL parsing; README, Performance). Health probes and scrapes, off the request
@@ -157,7 +146,15 @@ class Upstream:
             raise AttemptFailed(endpoint.id, FIRST_BYTE_TIMEOUT) from None
         except OSError as exc:
             raise AttemptFailed(endpoint.id, type(exc).__name__) from None
-        return Opened(endpoint, UpstreamResponse(response), first, response.content, started)
+        return Opened(
+            endpoint,
+            response.status,
+            response.headers,
+            first,
+            response.content,
+            response.release,
+            started,
+        )
 
     def _url(self, endpoint: EndpointConfig, path: str) -> URL:
         """Parsed once per endpoint and path: yarl's parse costs more than a dict lookup."""
@@ -225,73 +222,3 @@ def _redacted(endpoint: EndpointConfig, body: bytes) -> bytes:
 async def _raise_for_status(endpoint: EndpointConfig, response: aiohttp.ClientResponse) -> None:
     body = await response.read()
     raise answered_with_error(endpoint.id, response.status, response.headers, body, time.time())
-
-
-class StreamRelay(Response):
-    """The ASGI response that relays an upstream's SSE bytes as received, and ends with an SSE
-    error event when the upstream fails or stops early.
-
-    `on_end` receives the outcome: ok, upstream_error (mid-stream failure or a stream that
-    stopped without [DONE]) or cancelled (the client went away, noticed by gateway/upstream/departure.py,
-    which cancels the relay; the caller then closes the upstream response, which cancels the
-    request upstream). It replaces Starlette's StreamingResponse, whose task group, cancel
-    scopes and async generator per chunk cost more than the relay itself.
-    """
-
-    def __init__(
-        self,
-        opened: Opened,
-        watch: StreamWatch,
-        on_end: Callable[[str], None],
-        headers: Mapping[str, str],
-    ) -> None:
-        self.status_code = opened.status
-        self.background = None
-        self.opened = opened
-        self.watch = watch
-        self.on_end = on_end
-        self.raw_headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        outcome = "cancelled"
-        departure = Departure(lambda: client_disconnected(receive))
-        try:
-            with departure:
-                start = {"type": "http.response.start", "status": self.opened.status}
-                await send(start | {"headers": self.raw_headers})
-                outcome = await self._relay(send)
-        except asyncio.CancelledError:
-            if not departure.left:
-                raise
-            departure.forgive()  # the client left: nothing more to send it
-        finally:
-            self.on_end(outcome)
-
-    async def _relay(self, send: Send) -> str:
-        watch, chunk, read = self.watch, self.opened.first, self.opened.rest.readany
-        while True:
-            watch.feed(chunk)
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            try:
-                chunk = await read()
-            except UPSTREAM_ERRORS:
-                tail = error_event("The upstream failed mid-stream.", "upstream_stream_interrupted")
-                return await _end(send, "upstream_error", tail)
-            if not chunk:
-                if watch.done or watch.upstream_error:
-                    return await _end(send, "ok", b"")
-                tail = error_event(
-                    "The upstream ended the stream early.", "upstream_stream_truncated"
-                )
-                return await _end(send, "upstream_error", tail)
-
-
-async def _end(send: Send, outcome: str, tail: bytes) -> str:
-    await send({"type": "http.response.body", "body": tail, "more_body": False})
-    return outcome
-
-
-async def client_disconnected(receive: Receive) -> None:
-    """Return when the client disconnects (the body has been read, so nothing else arrives)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass

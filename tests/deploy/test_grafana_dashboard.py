@@ -15,7 +15,8 @@ from gateway.telemetry.metrics import Metrics
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "slo-gateway.json"
 
-# Metrics the dashboard uses that other issues add to gateway/telemetry/metrics.py (names agreed there).
+# Metrics the dashboard uses that other issues add to gateway/telemetry/metrics.py (names
+# agreed there).
 # Until they are exported, test_every_queried_metric_is_exported fails and names them.
 PLANNED_METRICS = [
     "slo_gateway_slo_total",  # counter {slo_class, tenant, endpoint, result=met|missed}

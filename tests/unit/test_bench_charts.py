@@ -9,7 +9,7 @@ import pytest
 
 from gateway.bench.bench_command import publish
 from gateway.bench.client import Measurement
-from gateway.bench.sweep import Level, LevelRun, RequestRecord
+from gateway.bench.sweep import Level, LevelRun, SweepSample
 from gateway.bench.sweep_charts import (
     draw_latency_chart,
     draw_throughput_chart,
@@ -24,7 +24,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def _summary(prompt: int, conc: int, ttft_s: float, tpot_s: float) -> LevelSummary:
     m = Measurement(None, 200, ttft_s + 9 * tpot_s, ttft_s, tpot_s, (tpot_s,) * 9, 10)
     level = Level(prompt, conc)
-    records = tuple(RequestRecord(level, i, 0.0, m) for i in range(conc))
+    records = tuple(SweepSample(level, i, 0.0, m) for i in range(conc))
     return summarize(LevelRun(level, 1.0, records))
 
 
@@ -90,7 +90,7 @@ def test_report_without_matplotlib_writes_files_and_skips_charts(
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import now fails
     m = Measurement(None, 200, 0.2, 0.1, 0.01, (0.01,), 2)
     level = Level(128, 1)
-    run = LevelRun(level, 1.0, (RequestRecord(level, 0, 0.0, m),))
+    run = LevelRun(level, 1.0, (SweepSample(level, 0, 0.0, m),))
     publish([run], None, {"model": "m"}, tmp_path)
     assert "charts skipped (matplotlib.figure missing)" in capsys.readouterr().out
     assert (tmp_path / "requests.csv").exists() and (tmp_path / "results.json").exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.bench.client import Measurement
-from gateway.bench.sweep import Level, LevelRun, RequestRecord
+from gateway.bench.sweep import Level, LevelRun, SweepSample
 from gateway.bench.sweep_report import (
     REQUEST_FIELDS,
     Slo,
@@ -36,7 +36,7 @@ def _failed() -> Measurement:
 
 def _run(prompt: int, conc: int, ms: list[Measurement], wall_s: float = 2.0) -> LevelRun:
     level = Level(prompt, conc)
-    records = tuple(RequestRecord(level, i, 0.1 * i, m) for i, m in enumerate(ms))
+    records = tuple(SweepSample(level, i, 0.1 * i, m) for i, m in enumerate(ms))
     return LevelRun(level, wall_s, records)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from gateway.bench.client import Measurement
-from gateway.bench.sweep import Level, LevelRun, Progress, RequestRecord, SweepPlan
+from gateway.bench.sweep import Level, LevelRun, Progress, SweepSample, SweepPlan
 
 
 def test_levels_go_through_concurrency_for_each_prompt_length() -> None:
@@ -17,7 +17,7 @@ def _run(failed: int) -> LevelRun:
     ok = Measurement(None, 200, 0.2, 0.1, 0.01, (0.01,), 2)
     bad = Measurement("HTTP 503: busy", 503, 0.01)
     level = Level(128, 4)
-    records = [RequestRecord(level, i, 0.0, bad if i < failed else ok) for i in range(4)]
+    records = [SweepSample(level, i, 0.0, bad if i < failed else ok) for i in range(4)]
     return LevelRun(level, 1.5, tuple(records))
 
 

@@ -13,10 +13,8 @@ from typing import Any
 
 import pytest
 
-from gateway.core.outcomes import Finished
-from gateway.telemetry import record as records
 from gateway.telemetry import request_log
-from gateway.telemetry.record import RequestRecord, current, note_attempt, note_route
+from gateway.telemetry.record import Finished, RequestRecord
 from gateway.telemetry.request_log import error_code, line, outcome
 from policies.base import Ranking, RouteRequest, SloTarget
 
@@ -37,6 +35,7 @@ def served() -> RequestRecord:
     record.route, record.tenant, record.body = ROUTE, "acme", BODY
     record.ranking = Ranking(endpoints=(), predicted_ttft_s=0.15, reason="slo_met")
     record.endpoint_id, record.attempts, record.result = "vllm-a", 1, finished()
+    record.slo_met = True
     return record
 
 
@@ -66,10 +65,12 @@ def test_prompt_text_appears_only_when_asked() -> None:
     assert entry["prompt"] == BODY["messages"]
 
 
-def test_missed_slo_is_reported() -> None:
+def test_the_line_carries_the_records_verdict() -> None:
     record = served()
-    record.result = finished(ttft_s=0.9)
+    record.result, record.slo_met = finished(ttft_s=0.9), False
     assert json.loads(line(record))["slo_met"] is False
+    record.slo_met = None  # the client left: not judged
+    assert json.loads(line(record))["slo_met"] is None
 
 
 def test_outcome_without_an_upstream_answer_comes_from_status_and_code() -> None:
@@ -92,21 +93,6 @@ def test_error_code_reads_openai_error_bodies_only() -> None:
     assert error_code(b'{"object": "error", "code": 400}', 400) == "http_400"
     assert error_code(b"not json", 502) == "http_502"
     assert error_code(b"", 500) == "http_500"
-
-
-def test_notes_go_to_the_current_record_only() -> None:
-    note_attempt("nowhere")  # outside a request: nothing to note into, and no error
-    record = RequestRecord("r", "POST", "/v1/x", 0.0)
-    token = records.begin(record)
-    try:
-        note_route(ROUTE, BODY)
-        note_attempt("vllm-a")
-        note_attempt("vllm-b")
-        assert current() is record
-    finally:
-        records.end(token)
-    assert current() is None
-    assert (record.tenant, record.endpoint_id, record.attempts) == ("acme", "vllm-b", 2)
 
 
 class Flushes(io.StringIO):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.config.settings import SloClassConfig, TenantLimits
-from gateway.offline.records import RequestRecord
+from gateway.offline.records import LoadRecord
 from gateway.offline.report import RunFacts, summarize
 from gateway.offline.scenario import EngineSpec, ProviderSpec, Scenario, TenantSpec, Traffic
 from gateway.offline.scenarios import SCENARIOS, fleet20
@@ -49,7 +49,7 @@ def scenario(**changes: Any) -> Scenario:
     return Scenario(**(base | changes))
 
 
-def simulate(spec: Scenario, policy: str = "round_robin", plan: Any = None) -> list[RequestRecord]:
+def simulate(spec: Scenario, policy: str = "round_robin", plan: Any = None) -> list[LoadRecord]:
     return Simulator(spec, spec.plan() if plan is None else plan, {"name": policy}).run().records
 
 

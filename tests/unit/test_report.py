@@ -11,7 +11,7 @@ import pytest
 from gateway.config.settings import SloClassConfig
 from gateway.offline import render
 from gateway.offline import report_charts as charts
-from gateway.offline.records import RequestRecord, classify, read_records, write_records
+from gateway.offline.records import LoadRecord, classify, read_records, write_records
 from gateway.offline.report import RunFacts, meets_slo, percentile, summarize
 from gateway.offline.scenario import Check, EngineSpec, ProviderSpec, Scenario, TenantSpec, Traffic
 from gateway.offline.workload import RateShape
@@ -41,7 +41,7 @@ def scenario(checks: list[Check] | None = None, **changes: Any) -> Scenario:
     return Scenario(**(base | changes))
 
 
-def record(n: int, **fields: Any) -> RequestRecord:
+def record(n: int, **fields: Any) -> LoadRecord:
     base: dict[str, Any] = {
         "request_id": str(n),
         "tenant": "a",
@@ -58,7 +58,7 @@ def record(n: int, **fields: Any) -> RequestRecord:
         "tpot_s": 0.02,
         "e2e_s": 0.4,
     }
-    return RequestRecord(**(base | fields))
+    return LoadRecord(**(base | fields))
 
 
 RECORDS = [

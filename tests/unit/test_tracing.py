@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.core.outcomes import Finished
 from gateway.telemetry import tracing
-from gateway.telemetry.record import RequestRecord
+from gateway.telemetry.record import Finished, RequestRecord
 from policies.base import Ranking, RouteRequest, SloTarget
 
 

@@ -1,0 +1,118 @@
+"""`AdmissionControl` (gateway/core/admission_control.py) on the live request path, on the wall
+clock: a request that must wait does so as a future in the deadline queue, which a dispatcher
+task (owned by the app lifespan) releases by deadline; refusals are counted and raised as the
+error the client gets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gateway.config.settings import TenantLimits
+from gateway.core.admission_control import (
+    DISPATCH_TICK_S,
+    AdmissionControl,
+    Snapshots,
+    rejection,
+)
+from gateway.errors import Rejected
+from gateway.state.background import Background
+from gateway.state.store import StatsStore
+from gateway.telemetry.metrics import Metrics
+from policies.admission import AdmissionParams, Admit, Reason, Reject
+from policies.base import EndpointSnapshot, RouteRequest
+
+
+@dataclass(eq=False)
+class _Waiter:
+    route: RouteRequest
+    snapshots: Snapshots
+    done: asyncio.Future[None] = field(default_factory=asyncio.Future)
+
+
+class Admission:
+    """`AdmissionControl` on the live request path, on the wall clock."""
+
+    def __init__(
+        self,
+        params: AdmissionParams,
+        limits: Mapping[str, TenantLimits],
+        store: StatsStore,
+        metrics: Metrics,
+        background: Background,
+        lease_ttl_s: float,
+    ) -> None:
+        self.control: AdmissionControl[_Waiter] = AdmissionControl(
+            params, limits, store, background.spawn, lease_ttl_s
+        )
+        self.metrics = metrics
+        self.states = self.control.states
+        self._wake = asyncio.Event()
+
+    def reconfigure(self, params: AdmissionParams, limits: Mapping[str, TenantLimits]) -> None:
+        self.control.reconfigure(params, limits)
+
+    def footprint(self, route: RouteRequest) -> int:
+        return self.control.footprint(route)
+
+    async def admit(
+        self, route: RouteRequest, current: Sequence[EndpointSnapshot], snapshots: Snapshots
+    ) -> list[EndpointSnapshot]:
+        """The candidates this request may use now (`current`); waits in the deadline queue
+        if it must, then takes fresh `snapshots()`."""
+        decision, eligible = self.control.admit(route, current, time.time())
+        if isinstance(decision, Reject):
+            raise self._shed(route, decision.status, decision.reason, decision.retry_after_s)
+        if isinstance(decision, Admit):
+            return eligible
+        current = await self._wait(route, decision.deadline_s, snapshots)
+        return self.control.eligible(route, current)
+
+    def _shed(self, route: RouteRequest, status: int, reason: Reason, retry_s: float) -> Rejected:
+        self.metrics.shed.labels(route.slo.name, route.tenant, reason.value).inc()
+        return rejection(status, reason, retry_s)
+
+    async def _wait(
+        self, route: RouteRequest, deadline_s: float, snapshots: Snapshots
+    ) -> Sequence[EndpointSnapshot]:
+        waiter = _Waiter(route, snapshots)
+        if not self.control.enqueue(waiter, deadline_s):
+            raise self._shed(route, 503, Reason.QUEUE_FULL, self.control.params.retry_after_s)
+        self.metrics.queued.labels(route.slo.name).inc()
+        self.metrics.queue_depth.set(len(self.control.queue))
+        self._wake.set()
+        try:
+            await waiter.done
+        finally:
+            self.control.withdraw(waiter)
+            self.metrics.queue_depth.set(len(self.control.queue))
+        return snapshots()
+
+    async def run(self) -> None:
+        """The dispatcher, owned by the app lifespan: expire, then dispatch by deadline."""
+        while True:
+            if not len(self.control.queue):
+                self._wake.clear()
+                await self._wake.wait()
+            self._dispatch(time.time())
+            await asyncio.sleep(DISPATCH_TICK_S)
+
+    def _dispatch(self, now: float) -> None:
+        expired, dispatched = self.control.dispatch(now, lambda waiter: waiter.snapshots())
+        for waiter in expired:
+            error = self._shed(waiter.route, 503, Reason.DEADLINE_UNREACHABLE, 1.0)
+            if not waiter.done.done():
+                waiter.done.set_exception(error)
+        for waiter in dispatched:
+            if not waiter.done.done():
+                waiter.done.set_result(None)
+
+    async def admit_tenant(self, route: RouteRequest) -> None:
+        rejected = await self.control.admit_tenant(route, time.time())
+        if rejected is not None:
+            raise self._shed(route, rejected.status, rejected.reason, rejected.retry_after_s)
+
+    def finished(self, route: RouteRequest) -> None:
+        self.control.finished(route, time.time())

@@ -1,0 +1,50 @@
+"""The recent routing decisions, for /admin/decisions and the dashboard."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from policies.base import Ranking, RouteRequest
+
+DECISION_LOG_SIZE = 1000
+
+Logged = tuple[float, RouteRequest, Ranking, str, float]  # at_s, request, ranking, policy, queued
+
+
+class DecisionLog:
+    """The recent decisions, kept as they were made and turned into dicts only when read (by
+    /admin/decisions and the dashboard), not once per request."""
+
+    def __init__(self) -> None:
+        self._entries: deque[Logged] = deque(maxlen=DECISION_LOG_SIZE)
+        self.append = self._entries.append
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(self._entry, self._entries)
+
+    def __reversed__(self) -> Iterator[dict[str, Any]]:
+        return map(self._entry, reversed(self._entries))
+
+    @staticmethod
+    def _entry(logged: Logged) -> dict[str, Any]:
+        at_s, request, ranking, policy, waited_s = logged
+        return {
+            "at_s": at_s,
+            "request_id": request.request_id,
+            "tenant": request.tenant,
+            "slo_class": request.slo.name,
+            "model": request.model,
+            "prompt_tokens": request.prompt_tokens,
+            "ranking": [s.endpoint_id for s in ranking.endpoints],
+            "policy": policy,
+            "predicted_ttft_s": ranking.predicted_ttft_s,
+            "predicted_ttft_p95_s": ranking.predicted_ttft_p95_s,
+            "at_risk": ranking.at_risk,
+            "reason": ranking.reason,
+            "queued_s": round(waited_s, 4),
+        }

@@ -1,0 +1,125 @@
+"""The live request path's accounting: `Outcomes` (gateway/core/outcomes.py) on the wall clock,
+plus the Prometheus series and the request's record.
+
+Over the memory store every write finishes at once, so none needs a task; over Redis the
+observations do (the write-behind queues them), breaker and cool-down writes do not.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from gateway.core.outcomes import Outcomes
+from gateway.errors import AttemptFailed
+from gateway.state.background import Background, run_now
+from gateway.state.leases import LeaseBook
+from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.view import SharedView, writes_at_once
+from gateway.telemetry.metrics import Metrics
+from gateway.telemetry.record import Finished, RequestRecord
+from gateway.upstream.client import Opened
+from gateway.upstream.sse import StreamWatch
+from gateway.watch.endpoints import Registry
+from gateway.watch.health import HealthChecker
+from policies.base import RouteRequest
+
+
+class Finisher:
+    def __init__(
+        self,
+        leases: LeaseBook,
+        registry: Registry,
+        health: HealthChecker,
+        view: SharedView,
+        metrics: Metrics,
+        background: Background,
+    ) -> None:
+        self.leases = leases
+        self.metrics = metrics
+        at_once = writes_at_once(view.store)
+        memory = isinstance(view.store, MemoryStatsStore)
+        spawn = run_now if memory else background.spawn
+        observe = run_now if at_once else background.spawn
+        self.outcomes = Outcomes(leases, registry, health.breakers, view, spawn, observe=observe)
+
+    def start(self, endpoint_id: str, request_id: str, tokens: int) -> None:
+        self.leases.take(endpoint_id, request_id, tokens)
+
+    def abandoned(self, endpoint_id: str, request_id: str) -> None:
+        self.leases.drop(endpoint_id, request_id)
+
+    def failed_attempt(
+        self, endpoint_id: str, request: RouteRequest, failure: AttemptFailed
+    ) -> None:
+        self.outcomes.failed_attempt(endpoint_id, request, failure, time.time())
+        result = "rate_limited" if failure.status == 429 else "failed"
+        self.metrics.upstream_attempts.labels(endpoint_id, result).inc()
+
+    def finish(
+        self, opened: Opened, request: RouteRequest, result: Finished, record: RequestRecord
+    ) -> None:
+        """Account for a request that got an upstream response, and release that response."""
+        endpoint_id = opened.endpoint.id
+        opened.release()
+        limits = opened.headers if opened.endpoint.kind == "openai" else None
+        met = self.outcomes.finished(endpoint_id, request, result, limits, time.time())
+        record.result, record.slo_met = result, met
+        self.metrics.upstream_attempts.labels(endpoint_id, result.outcome).inc()
+        self.metrics.requests.labels(
+            request.model, endpoint_id, request.tenant, request.slo.name, result.outcome
+        ).inc()
+        self._latency_histograms(endpoint_id, request, result)
+        if met is not None:
+            verdict = "met" if met else "missed"
+            self.metrics.slo.labels(request.slo.name, request.tenant, endpoint_id, verdict).inc()
+
+    def _latency_histograms(
+        self, endpoint_id: str, request: RouteRequest, result: Finished
+    ) -> None:
+        if result.ttft_s is not None:
+            self.metrics.ttft.labels(endpoint_id, request.model).observe(result.ttft_s)
+        if result.tpot_s is not None:
+            self.metrics.tpot.labels(endpoint_id, request.model).observe(result.tpot_s)
+
+
+def stream_result(opened: Opened, watch: StreamWatch, outcome: str, prompt: int) -> Finished:
+    usage = watch.usage or {}
+    return Finished(
+        outcome=outcome,
+        status=opened.status,
+        prompt_tokens=_int(usage.get("prompt_tokens"), prompt),
+        output_tokens=watch.output_tokens,
+        ttft_s=watch.ttft_s,
+        tpot_s=watch.tpot_s,
+        e2e_s=time.perf_counter() - opened.started_s,
+    )
+
+
+def body_result(opened: Opened, prompt: int) -> Finished:
+    """A non-streamed response: no TTFT; tokens from `usage` when the body carries it."""
+    usage: dict[str, object] = {}
+    if b'"usage"' in opened.first:
+        # orjson, 4-6x faster than `json` on a whole answer: only `usage`'s integers are read,
+        # and an integer beyond 64 bits (a float to orjson) fails the isinstance check below.
+        try:
+            parsed = orjson.loads(opened.first)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and isinstance(parsed.get("usage"), dict):
+            usage = parsed["usage"]
+    status = opened.status
+    return Finished(
+        outcome="ok" if status < 300 else "client_error",
+        status=status,
+        prompt_tokens=_int(usage.get("prompt_tokens"), prompt),
+        output_tokens=_int(usage.get("completion_tokens"), 0),
+        ttft_s=None,
+        tpot_s=None,
+        e2e_s=time.perf_counter() - opened.started_s,
+    )
+
+
+def _int(value: object, default: int) -> int:
+    return value if isinstance(value, int) else default
