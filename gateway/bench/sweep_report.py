@@ -20,21 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from gateway.bench.client import Measurement
+from gateway.bench.percentile import percentile
 from gateway.bench.sweep import LevelRun, SweepSample
 
 MAX_FAILED_FRACTION = 0.05
 _SLO_ITEM = re.compile(r"^(ttft|tpot)=(\d+(?:\.\d+)?)(ms|s)$")
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100), linearly interpolated; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 @dataclass(frozen=True, slots=True)

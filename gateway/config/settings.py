@@ -172,9 +172,6 @@ class GatewayConfig(_Strict):
                 raise ValueError(f"tenants.{name}.allowed_classes: unknown classes {unknown}")
         return self
 
-    def public_models(self) -> list[str]:
-        return sorted({m for e in self.endpoints for m in e.models})
-
 
 def _default_policy() -> Any:
     from policies.least_loaded import Params

@@ -11,9 +11,11 @@ distinct candidates (`only_candidates`), so no policy can route outside them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from gateway.config.settings import EndpointConfig
+from gateway.state.store import EndpointStats
 from gateway.state.view import SharedView
 from gateway.watch.endpoints import Registry
 from policies.base import EndpointSnapshot, EngineSignals, Ranking
@@ -32,24 +34,49 @@ def candidate_snapshots(
         endpoint_id = endpoint.id
         stats = shared_of(endpoint_id)  # cool-down and breaker, as `view.stats` has them
         if available(endpoint_id, now) and stats.available(now):
-            price = endpoint.price
-            # Positional (EndpointSnapshot's field order): built per endpoint per request,
-            # where keywords cost about a third more.
-            found.append(
-                EndpointSnapshot(
-                    endpoint_id,
-                    endpoint.kind,
-                    True,
-                    in_flight_of(endpoint_id, stats),
-                    local_tokens[endpoint_id],
-                    endpoint.max_concurrency,
-                    price.input_per_1m,
-                    price.output_per_1m,
-                    signals(endpoint_id),
-                    stats.latency,
-                )
-            )
+            in_flight = in_flight_of(endpoint_id, stats)
+            found.append(snapshot(endpoint, in_flight, local_tokens, signals, stats))
     return found
+
+
+def snapshot(
+    endpoint: EndpointConfig,
+    in_flight: int,
+    local_tokens: Mapping[str, int],
+    signals: Signals,
+    stats: EndpointStats,
+) -> EndpointSnapshot:
+    """What a policy sees of one endpoint: config, the fused in-flight count, this replica's
+    in-flight tokens, the latest scrape and the shared latency statistics."""
+    price = endpoint.price
+    # Positional (EndpointSnapshot's field order): built per endpoint per request, where
+    # keywords cost about a third more.
+    return EndpointSnapshot(
+        endpoint.id,
+        endpoint.kind,
+        True,
+        in_flight,
+        local_tokens[endpoint.id],
+        endpoint.max_concurrency,
+        price.input_per_1m,
+        price.output_per_1m,
+        signals(endpoint.id),
+        stats.latency,
+    )
+
+
+def rotation_phase(registry: Registry, view: SharedView, endpoint_id: str, now: float) -> str:
+    """Why an endpoint is in rotation or not: `available` exactly when `candidate_snapshots`
+    takes it, else the registry's cool-down reason, `cooling_down` (a shared cool-down) or
+    `breaker_<phase>`."""
+    state = registry.state(endpoint_id)
+    if not state.available(now):
+        return state.cooldown_reason or "cooling_down"
+    stats = view.shared(endpoint_id)
+    if stats.cooldown_until_s > now:
+        return "cooling_down"
+    breaker = stats.breaker.phase(now)
+    return "available" if breaker == "closed" else f"breaker_{breaker}"
 
 
 def next_available_in_s(registry: Registry, view: SharedView, model: str, now: float) -> float:

@@ -28,23 +28,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gateway.bench.percentile import percentile
 from gateway.config.settings import SloClassConfig
 from gateway.core import slo
 from gateway.offline.records import LoadRecord
 from gateway.offline.scenario import Check, Scenario
 
 ALL = "all"
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """The q-th percentile (0..100) of values, linearly interpolated; None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def meets_slo(record: LoadRecord, target: SloClassConfig) -> bool:

@@ -43,7 +43,7 @@ from gateway.offline.records import LoadRecord, unserved
 from gateway.offline.scenario import FaultEvent, Scenario
 from gateway.offline.trace import PlannedRequest
 from gateway.telemetry.record import Finished
-from policies.admission import Admit, Queue, Reject
+from policies.admission import Admit, Queue, Reason, Reject
 from policies.base import EndpointSnapshot, RouteRequest
 
 STEP, PROVIDER_END, RETRY, TIMEOUT, FAULT, REFRESH, SCRAPE, PROBE, DISPATCH = range(9)
@@ -199,7 +199,7 @@ class Simulator:
 
     def _enqueue(self, index: int, route: RouteRequest, decision: Queue, now_s: float) -> None:
         if not self.gateway.admission.enqueue(Queued(index, route), decision.deadline_s):
-            self._end(index, 503, "queue_full", now_s, route, shed=True)
+            self._end(index, 503, Reason.QUEUE_FULL, now_s, route, shed=True)
         elif not self._dispatching:  # the dispatcher wakes at once, then ticks
             self._dispatching = True
             self._push(now_s, DISPATCH, None)
@@ -209,7 +209,7 @@ class Simulator:
         request then takes fresh snapshots, as a woken waiter does."""
         expired, dispatched = self.gateway.dispatch(now_s)
         for item in expired:
-            self._end(item.index, 503, "deadline_unreachable", now_s, item.route, shed=True)
+            self._end(item.index, 503, Reason.DEADLINE_UNREACHABLE, now_s, item.route, shed=True)
         for item in dispatched:
             self._route(item.index, item.route, self.gateway.eligible(item.route, now_s), now_s)
         self._dispatching = bool(self.gateway.admission.queue)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gateway.core.candidates import rotation_phase
 from gateway.server.runtime import Runtime
 
 routes = APIRouter()
@@ -37,15 +38,7 @@ async def readyz(request: Request) -> JSONResponse:
 
 
 def phase(runtime: Runtime, endpoint_id: str) -> str:
-    now = time.time()
-    state = runtime.registry.state(endpoint_id)
-    if not state.available(now):
-        return state.cooldown_reason or "cooling_down"
-    stats = runtime.view.stats(endpoint_id)
-    if stats.cooldown_until_s > now:
-        return "cooling_down"
-    breaker = stats.breaker.phase(now)
-    return "available" if breaker == "closed" else f"breaker_{breaker}"
+    return rotation_phase(runtime.registry, runtime.view, endpoint_id, time.time())
 
 
 @routes.get("/metrics")

@@ -34,21 +34,12 @@ from typing import Any
 import orjson
 
 from gateway.telemetry.record import RequestRecord
+from policies.admission import Reason
 
 request_log = logging.getLogger("slo_gateway.requests")
+# Refusals: admission's reasons, plus a provider's rate limit passed on and no endpoint at all.
 ADMISSION_CODES = frozenset(
-    {
-        "tenant_rate_limited",
-        "tenant_token_limited",
-        "tenant_concurrency_limited",
-        "saturated",
-        "reserved_for_higher_priority",
-        "deadline_unreachable",
-        "queue_full",
-        "upstream_rate_limited",
-        "no_endpoint_available",
-        "no_endpoint",
-    }
+    {r.value for r in Reason} | {"upstream_rate_limited", "no_endpoint_available", "no_endpoint"}
 )
 _PROMPT_FIELDS = ("messages", "prompt", "input")
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)

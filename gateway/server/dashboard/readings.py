@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge
 
+from gateway.core import candidates
 from gateway.server.runtime import Runtime
 from gateway.telemetry.metrics import Metrics
 from policies.base import EndpointSnapshot, RouteRequest, SloTarget
@@ -31,18 +32,10 @@ def estimator(runtime: Runtime) -> Estimator:
 
 def snapshot(runtime: Runtime, endpoint_id: str) -> EndpointSnapshot:
     """Like the router's snapshots, but for every endpoint, in rotation or not."""
-    endpoint = runtime.registry.endpoints[endpoint_id]
     stats = runtime.view.stats(endpoint_id)
-    return EndpointSnapshot(
-        endpoint_id=endpoint_id,
-        kind=endpoint.kind,
-        in_flight=stats.in_flight,
-        in_flight_tokens=runtime.view.local_tokens[endpoint_id],
-        max_concurrency=endpoint.max_concurrency,
-        input_price_per_1m=endpoint.price.input_per_1m,
-        output_price_per_1m=endpoint.price.output_per_1m,
-        engine=runtime.scraper.signals(endpoint_id),
-        latency=stats.latency,
+    endpoint, view = runtime.registry.endpoints[endpoint_id], runtime.view
+    return candidates.snapshot(
+        endpoint, stats.in_flight, view.local_tokens, runtime.scraper.signals, stats
     )
 
 

@@ -1,0 +1,132 @@
+"""`Router.handle`, one request start to end, over an in-process upstream (no servers)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from gateway.config.settings import EndpointConfig, Settings, parse_config
+from gateway.errors import AttemptFailed, UpstreamError
+from gateway.server.router import Router
+from gateway.server.runtime import Runtime
+from gateway.telemetry.record import RequestRecord
+from gateway.upstream.client import UpstreamCall
+from policies.base import RouteRequest
+from tests.fixtures.gateway import PUBLIC_MODEL, chat_body, config, endpoint
+from tests.fixtures.upstream_fakes import Answer, Client, Cut, FakeUpstream, sse
+
+CHUNK = {"choices": [{"delta": {"content": "hi"}}]}
+USAGE = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}}
+
+
+@pytest.fixture
+async def runtime() -> AsyncIterator[Runtime]:
+    data = config([endpoint("a", "http://127.0.0.1:9"), endpoint("b", "http://127.0.0.1:9")])
+    built = Runtime.build(parse_config(data, "test"), Settings())
+    yield built
+    await built.close()
+
+
+def router_over(
+    runtime: Runtime, handler: Callable[[EndpointConfig, UpstreamCall], Answer]
+) -> tuple[Router, FakeUpstream]:
+    fake = FakeUpstream(handler)
+    old = runtime.router
+    router = Router(
+        old.server, old.registry, old.view, old.scraper, old.admission, old.policy, fake,
+        old.finisher, old.metrics,
+    )  # fmt: skip
+    return router, fake
+
+
+def request(runtime: Runtime, *, stream: bool) -> tuple[RouteRequest, UpstreamCall, RequestRecord]:
+    slo = runtime.keyring.slo(runtime.keyring.caller("Bearer sk-test-tenant-acme"), None)
+    route = RouteRequest("r1", PUBLIC_MODEL, "acme", slo, prompt_tokens=5, stream=stream)
+    call = UpstreamCall("r1", "/chat/completions", chat_body(stream=stream), PUBLIC_MODEL, stream)
+    return route, call, RequestRecord("r1", "POST", "/v1/chat/completions", time.perf_counter())
+
+
+def in_flight(runtime: Runtime) -> int:
+    return sum(runtime.view.local.values())
+
+
+async def test_fails_over_before_the_first_byte_and_records_the_answer(runtime: Runtime) -> None:
+    def handler(ep: EndpointConfig, call: UpstreamCall) -> Answer:
+        if len(fake.calls) == 1:
+            raise AttemptFailed(ep.id, "http_503", status=503)
+        return Answer([b'{"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}}'])
+
+    router, fake = router_over(runtime, handler)
+    route, call, record = request(runtime, stream=False)
+    client = Client()
+    await router.handle(route, call, record, client.receive, client.send)
+    assert [endpoint_id for endpoint_id, _ in fake.calls] == [fake.calls[0][0], fake.calls[1][0]]
+    assert fake.calls[0][0] != fake.calls[1][0]
+    assert client.status == 200 and client.header("x-slo-gateway-attempts") == "2"
+    assert record.attempts == 2 and record.endpoint_id == fake.calls[1][0]
+    assert record.result is not None and record.result.output_tokens == 3
+    assert record.slo_met is True and record.ranking is not None
+    assert fake.released == [fake.calls[1][0]] and in_flight(runtime) == 0
+
+
+async def test_a_stream_is_relayed_whole_and_judged(runtime: Runtime) -> None:
+    body = [sse(CHUNK), sse(CHUNK), sse(USAGE, "[DONE]")]
+    router, fake = router_over(runtime, lambda ep, call: Answer(body, headers={}))
+    route, call, record = request(runtime, stream=True)
+    client = Client()
+    await router.handle(route, call, record, client.receive, client.send)
+    assert client.body == b"".join(body)
+    assert client.header("cache-control") == "no-cache"
+    assert record.result is not None and record.result.outcome == "ok"
+    assert record.result.ttft_s is not None and record.result.output_tokens == 2
+    assert in_flight(runtime) == 0 and len(fake.released) == 1
+
+
+async def test_a_cut_stream_ends_with_an_error_event(runtime: Runtime) -> None:
+    router, _ = router_over(runtime, lambda ep, call: Answer([sse(CHUNK), OSError("reset")]))
+    route, call, record = request(runtime, stream=True)
+    client = Client()
+    await router.handle(route, call, record, client.receive, client.send)
+    assert client.body.endswith(b"\n\n") and b"upstream_stream_interrupted" in client.body
+    assert record.result is not None and record.result.outcome == "upstream_error"
+    assert record.slo_met is False
+
+
+async def test_gives_up_with_the_last_failure_and_frees_the_tenant(runtime: Runtime) -> None:
+    def refuse(ep: EndpointConfig, call: UpstreamCall) -> Answer:
+        raise AttemptFailed(ep.id, "ConnectionRefused")
+
+    router, fake = router_over(runtime, refuse)
+    route, call, record = request(runtime, stream=False)
+    client = Client()
+    with pytest.raises(UpstreamError):
+        await router.handle(route, call, record, client.receive, client.send)
+    assert client.sent == [] and len(fake.calls) == runtime.config.server.max_attempts
+    assert in_flight(runtime) == 0
+
+
+async def test_a_client_that_leaves_before_the_first_byte_cancels_the_attempt(
+    runtime: Runtime,
+) -> None:
+    router, fake = router_over(runtime, lambda ep, call: Answer([b"{}"], delay_s=30))
+    route, call, record = request(runtime, stream=False)
+    client = Client()
+    asyncio.get_running_loop().call_later(0.3, client.leave.set)
+    await asyncio.wait_for(router.handle(route, call, record, client.receive, client.send), 5)
+    assert client.status == 499 and len(fake.calls) == 1 and fake.released == []
+    assert in_flight(runtime) == 0
+
+
+async def test_an_attempt_that_raises_drops_its_lease(runtime: Runtime) -> None:
+    def broken(ep: EndpointConfig, call: UpstreamCall) -> Answer:
+        raise Cut("a bug in the attempt, not an upstream failure")
+
+    router, _ = router_over(runtime, broken)
+    route, call, record = request(runtime, stream=False)
+    client = Client()
+    with pytest.raises(Cut):
+        await router.handle(route, call, record, client.receive, client.send)
+    assert in_flight(runtime) == 0
