@@ -1,14 +1,19 @@
-"""Every error the gateway itself produces, rendered as an OpenAI error body.
+"""Every error the gateway itself produces, rendered as an OpenAI error body or, on the
+Anthropic routes, as an Anthropic one (the API layer picks the shape; `anthropic_body`).
 
     GatewayError                      -> {"error": {"message", "type", "code"}} with `status`
     ├── InvalidRequest (400)          malformed JSON, wrong types, bad parameters
-    │   └── BodyTooLarge (413)
+    │   ├── BodyTooLarge (413)
+    │   ├── ModelNotFound (404)
+    │   └── ResponseNotFound (404)    a stored response no endpoint has (or its owner lost it)
     ├── AuthenticationFailed (401)    missing or unknown API key
     ├── PermissionDenied (403)        an SLO class or admin view the key may not use
-    ├── ModelNotFound (404)
     ├── Rejected (429 or 503)         admission said no: carries Retry-After and a reason
     ├── NoEndpointAvailable (503)     every candidate is unhealthy, cooling down or failed
     └── UpstreamError (502 / 504)     the last endpoint tried failed before the first byte
+
+A refusal (429 or 503: admission, shedding, no endpoint) names its code in
+`x-slo-gateway-reason` too.
 
     AttemptFailed (internal)          one endpoint failed before its first byte; the router
                                       fails over (gateway/core/failover.py) and it never reaches
@@ -21,6 +26,19 @@ Messages never contain provider API keys or upstream URLs with credentials.
 from __future__ import annotations
 
 from typing import Any
+
+# Anthropic's error type per HTTP status (anthropic-sdk-python types/shared/error_type.py).
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",  # the gateway's own "no capacity now" (no endpoint, shedding)
+    504: "timeout_error",
+    529: "overloaded_error",
+}
 
 
 class GatewayError(Exception):
@@ -51,6 +69,18 @@ class GatewayError(Exception):
             }
         }
 
+    def anthropic_body(self, request_id: str | None) -> dict[str, Any]:
+        """Anthropic's error shape; the status picks the type (500 and other 5xx: api_error)."""
+        error_type = ANTHROPIC_TYPES.get(self.status, "api_error")
+        error = {"type": error_type, "message": self.message}
+        return {"type": "error", "error": error, "request_id": request_id}
+
+    def response_headers(self) -> dict[str, str]:
+        """The headers its answer carries: its own, and the reason of a refusal."""
+        if self.status in (429, 503) and self.code and "x-slo-gateway-reason" not in self.headers:
+            return self.headers | {"x-slo-gateway-reason": self.code}
+        return self.headers
+
 
 class InvalidRequest(GatewayError):
     status = 400
@@ -72,6 +102,10 @@ class PermissionDenied(GatewayError):
 
 
 class ModelNotFound(InvalidRequest):
+    status = 404
+
+
+class ResponseNotFound(InvalidRequest):
     status = 404
 
 

@@ -24,6 +24,16 @@ from policies.base import SloTarget
 from policies.registry import PolicyParams
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# The client APIs: OpenAI chat/completions/embeddings, OpenAI Responses, Anthropic Messages.
+Api = Literal["chat", "responses", "messages"]
+# What an endpoint serves when its config does not say: vLLM serves all three (Responses since
+# 0.10, Messages since 0.11.1); an OpenAI-compatible hosted API, chat and Responses.
+DEFAULT_APIS: dict[str, list[Api]] = {
+    "vllm": ["chat", "responses", "messages"],
+    "openai": ["chat", "responses"],
+}
+RESPONSE_RETENTION_S = 30 * 86400.0  # OpenAI's and xAI's retention of stored responses
+ANTHROPIC_VERSION = "2023-06-01"  # sent upstream when the client sends none
 
 
 class ConfigError(ValueError):
@@ -44,11 +54,25 @@ class EndpointConfig(_Strict):
     kind: Literal["vllm", "openai"]
     base_url: str = Field(description="OpenAI base URL, including /v1")
     models: dict[str, str] = Field(min_length=1, description="public model name -> upstream name")
+    apis: list[Api] = Field(min_length=1, description="client APIs served; default by kind")
     api_key_env: str | None = None
+    # How the endpoint takes its key: `Authorization: Bearer` (OpenAI, vLLM) or Anthropic's
+    # `x-api-key` (which also sends the default `anthropic-version` to probes).
+    api_key_header: Literal["authorization", "x-api-key"] = "authorization"
+    # Responses created with `store` stay on this endpoint this long (vLLM: until it restarts).
+    stores_responses: bool = True
+    response_ttl_s: float = Field(RESPONSE_RETENTION_S, gt=0)
     price: Price = Price()
     max_concurrency: int | None = Field(None, ge=1)
     metrics_url: str | None = None
     health_path: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_apis(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "apis" not in data:
+            return data | {"apis": DEFAULT_APIS.get(data.get("kind", ""), ["chat"])}
+        return data
 
     @model_validator(mode="after")
     def _url(self) -> EndpointConfig:
@@ -68,6 +92,15 @@ class EndpointConfig(_Strict):
     def api_key(self) -> str | None:
         return os.environ.get(self.api_key_env) if self.api_key_env else None
 
+    def auth_headers(self) -> dict[str, str]:
+        """The endpoint's own credential, in the header it takes (none without a key)."""
+        key = self.api_key()
+        if not key:
+            return {}
+        if self.api_key_header == "x-api-key":
+            return {"x-api-key": key, "anthropic-version": ANTHROPIC_VERSION}
+        return {"authorization": f"Bearer {key}"}
+
 
 class TenantLimits(_Strict):
     requests_per_min: int | None = Field(None, ge=1)
@@ -81,6 +114,8 @@ class TenantConfig(_Strict):
     allowed_classes: list[str] = Field(min_length=1)
     default_class: str
     limits: TenantLimits = TenantLimits()
+    # Whether `x-slo-ttft-ms` / `x-slo-tpot-ms` may tighten (never loosen) the class's targets.
+    slo_hints: bool = False
 
     @model_validator(mode="after")
     def _keys(self) -> TenantConfig:
@@ -135,6 +170,8 @@ class ServerConfig(_Strict):
     # keep it under the orchestrator's grace period (Kubernetes: minus the preStop sleep).
     drain_timeout_s: int = Field(90, ge=1)
     max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line + headers")
+    # The `model` clients see in answers: the public name they asked for, or the upstream's.
+    response_model: Literal["public", "upstream"] = "public"
 
 
 class StateConfig(_Strict):

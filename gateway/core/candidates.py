@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from gateway.config.settings import EndpointConfig
+from gateway.config.settings import Api, EndpointConfig
 from gateway.state.store import EndpointStats
 from gateway.state.view import SharedView
 from gateway.watch.endpoints import Registry
@@ -24,13 +24,18 @@ Signals = Callable[[str], EngineSignals | None]  # an endpoint's latest scraped 
 
 
 def candidate_snapshots(
-    registry: Registry, view: SharedView, signals: Signals, model: str, now: float
+    registry: Registry,
+    view: SharedView,
+    signals: Signals,
+    model: str,
+    now: float,
+    api: Api = "chat",
 ) -> list[EndpointSnapshot]:
-    """One snapshot per endpoint of `model` that is in rotation at `now`."""
+    """One snapshot per endpoint serving `model` through `api` that is in rotation at `now`."""
     found = []
     shared_of, in_flight_of, local_tokens = view.shared, view.in_flight, view.local_tokens
     available = registry.available
-    for endpoint in registry.serving(model):
+    for endpoint in registry.serving(model, api):
         endpoint_id = endpoint.id
         stats = shared_of(endpoint_id)  # cool-down and breaker, as `view.stats` has them
         if available(endpoint_id, now) and stats.available(now):
@@ -79,11 +84,13 @@ def rotation_phase(registry: Registry, view: SharedView, endpoint_id: str, now: 
     return "available" if breaker == "closed" else f"breaker_{breaker}"
 
 
-def next_available_in_s(registry: Registry, view: SharedView, model: str, now: float) -> float:
-    """Seconds until the first endpoint of `model` leaves its cool-down or open breaker:
-    the Retry-After a client is told when none is in rotation (1 s when unknown)."""
+def next_available_in_s(
+    registry: Registry, view: SharedView, model: str, now: float, api: Api = "chat"
+) -> float:
+    """Seconds until the first endpoint of `model` (through `api`) leaves its cool-down or open
+    breaker: the Retry-After a client is told when none is in rotation (1 s when unknown)."""
     waits = []
-    for endpoint in registry.serving(model):
+    for endpoint in registry.serving(model, api):
         stats = view.stats(endpoint.id)
         until_s = max(
             registry.state(endpoint.id).cooldown_until_s,

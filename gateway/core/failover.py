@@ -10,7 +10,9 @@ and the offline simulator (virtual time), so that both fail over the same way:
     wait           none when the next endpoint is another one; else its Retry-After, or
                    RETRY_BACKOFF_S without one, capped at `server.max_retry_after_s`
     the answer     the last failure a 429 (not out of quota) -> 429 with Retry-After; no answer
-                   within the first-byte timeout -> 504; anything else -> 502
+                   within the first-byte timeout -> 504; anything else -> 502, with
+                   `x-should-retry: false` (the gateway's own failover is used up: the openai
+                   and anthropic SDKs, which retry 5xx by default, honour it)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ RETRY_BACKOFF_S = 0.1  # wait before retrying the same endpoint when it gave no 
 # Statuses that are the client's fault: relayed as the upstream sent them, never failed over.
 CLIENT_FAULT_STATUSES = frozenset({400, 413, 422})
 FIRST_BYTE_TIMEOUT = "first_byte_timeout"  # AttemptFailed.reason of an endpoint that never answered
+NO_CLIENT_RETRY = {"x-should-retry": "false"}
 
 
 def answered_with_error(
@@ -73,8 +76,12 @@ def final_error(last: AttemptFailed) -> GatewayError:
         )
     if last.reason == FIRST_BYTE_TIMEOUT:
         return UpstreamTimeout(
-            "No endpoint answered within the first-byte timeout.", code="upstream_timeout"
+            "No endpoint answered within the first-byte timeout.",
+            code="upstream_timeout",
+            headers=dict(NO_CLIENT_RETRY),
         )
     return UpstreamError(
-        "Every endpoint tried for this request failed before responding.", code="upstream_failed"
+        "Every endpoint tried for this request failed before responding.",
+        code="upstream_failed",
+        headers=dict(NO_CLIENT_RETRY),
     )

@@ -1,4 +1,4 @@
-"""Prompt-token estimation from an OpenAI request body, cheap by default.
+"""Prompt-token estimation from a request body of any of the three APIs, cheap by default.
 
 Default estimate: ceil(characters / 4) over every piece of prompt text, plus
 MESSAGE_OVERHEAD_TOKENS per chat message (role and separators, as OpenAI counts them),
@@ -6,6 +6,16 @@ REPLY_PRIMING_TOKENS once per chat, one token for a message `name`, and MEDIA_PA
 each non-text content part (an image: OpenAI bills a high-detail 1024x1024 image 765 tokens).
 Token-id prompts (`prompt: [1, 2, 3]`) count exactly. Only string lengths are summed: the body
 is never serialised, so the cost does not grow with the prompt (len() of a str is O(1)).
+
+Responses (`estimate_response_tokens`): `instructions`, the `input` string or, per item
+(MESSAGE_OVERHEAD_TOKENS each), message text parts, `function_call` name and arguments,
+`function_call_output` output, reasoning summaries (other items: every string in them), plus
+every string of `tools`. A turn continuing a stored response (`previous_response_id`) also
+replays the parent's input and output: the caller adds those (gateway/server/responses_routes).
+Messages (`estimate_message_tokens`): `system` (string or blocks), per message its text blocks,
+`tool_use` name and input, `tool_result` content, thinking text, MEDIA_PART_TOKENS per image or
+document, plus every string of `tools` (name, description, input_schema). Both mirror what vLLM
+renders into the prompt when it translates them to chat.
 
 Text counted: chat `messages` (string content, text parts of content lists, tool-call names and
 arguments), `tools`/`functions` definitions (every string in them, keys included), and the
@@ -45,6 +55,45 @@ def estimate_prompt_tokens(body: Mapping[str, Any], counter: TokenCounter | None
     else:
         prompt = body.get("prompt", body.get("input"))
         fixed_tokens += _prompt(prompt, texts)
+    return fixed_tokens + count_texts(texts, counter)
+
+
+def estimate_response_tokens(body: Mapping[str, Any], counter: TokenCounter | None = None) -> int:
+    """Prompt tokens of a Responses request body (its own; not a parent response's)."""
+    texts: list[str] = []
+    fixed_tokens = 0
+    instructions = body.get("instructions")
+    if type(instructions) is str:
+        texts.append(instructions)
+    items = body.get("input")
+    if type(items) is str:
+        texts.append(items)
+    elif type(items) is list:
+        fixed_tokens += _items(items, texts) + REPLY_PRIMING_TOKENS
+    texts.extend(_strings(body.get("tools"), MAX_SCHEMA_DEPTH))
+    return fixed_tokens + count_texts(texts, counter)
+
+
+def estimate_message_tokens(body: Mapping[str, Any], counter: TokenCounter | None = None) -> int:
+    """Prompt tokens of an Anthropic Messages request body."""
+    texts: list[str] = []
+    fixed_tokens = REPLY_PRIMING_TOKENS
+    system = body.get("system")
+    if type(system) is str:
+        texts.append(system)
+    elif type(system) is list:
+        fixed_tokens += _blocks(system, texts, MAX_SCHEMA_DEPTH)
+    messages = body.get("messages")
+    for message in messages if type(messages) is list else ():
+        if type(message) is not dict:
+            continue
+        fixed_tokens += MESSAGE_OVERHEAD_TOKENS
+        content = message.get("content")
+        if type(content) is str:
+            texts.append(content)
+        elif type(content) is list:
+            fixed_tokens += _blocks(content, texts, MAX_SCHEMA_DEPTH)
+    texts.extend(_strings(body.get("tools"), MAX_SCHEMA_DEPTH))
     return fixed_tokens + count_texts(texts, counter)
 
 
@@ -108,6 +157,57 @@ def _parts(parts: list[Any], texts: list[str]) -> int:
                 texts.append(text)
             else:
                 fixed_tokens += MEDIA_PART_TOKENS
+    return fixed_tokens
+
+
+def _items(items: list[Any], texts: list[str]) -> int:
+    """Collect Responses input items into `texts`; returns their fixed tokens."""
+    fixed_tokens = 0
+    for item in items:
+        if type(item) is not dict:
+            continue
+        fixed_tokens += MESSAGE_OVERHEAD_TOKENS
+        kind = item.get("type", "message")
+        if kind == "message":
+            content = item.get("content")
+            if type(content) is str:
+                texts.append(content)
+            elif type(content) is list:
+                fixed_tokens += _parts(content, texts)
+        elif kind == "function_call":
+            texts.extend(v for v in (item.get("name"), item.get("arguments")) if type(v) is str)
+        elif kind == "function_call_output":
+            texts.extend(_strings(item.get("output"), MAX_SCHEMA_DEPTH))
+        elif kind == "reasoning":
+            summary = item.get("summary")
+            fixed_tokens += _parts(summary, texts) if type(summary) is list else 0
+        else:
+            texts.extend(_strings(item, MAX_SCHEMA_DEPTH))
+    return fixed_tokens
+
+
+def _blocks(blocks: list[Any], texts: list[str], depth: int) -> int:
+    """Collect Anthropic content blocks into `texts`; returns their fixed tokens."""
+    fixed_tokens = 0
+    for block in blocks:
+        if type(block) is not dict or depth <= 0:
+            continue
+        kind = block.get("type")
+        if kind in ("text", "thinking"):
+            text = block.get(kind)
+            texts.extend((text,) if type(text) is str else ())
+        elif kind in ("tool_use", "server_tool_use"):
+            texts.extend(_strings([block.get("name"), block.get("input")], MAX_SCHEMA_DEPTH))
+        elif kind == "tool_result":
+            content = block.get("content")
+            if type(content) is list:
+                fixed_tokens += _blocks(content, texts, depth - 1)
+            elif type(content) is str:
+                texts.append(content)
+        elif kind in ("image", "document"):
+            fixed_tokens += MEDIA_PART_TOKENS
+        else:
+            texts.extend(_strings(block, MAX_SCHEMA_DEPTH))
     return fixed_tokens
 
 

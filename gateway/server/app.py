@@ -5,20 +5,27 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.config.settings import GatewayConfig, Settings
 from gateway.errors import GatewayError, InvalidRequest
-from gateway.server import dashboard, openai_routes, ops
+from gateway.server import (
+    anthropic_routes,
+    dashboard,
+    model_routes,
+    openai_routes,
+    ops,
+    responses_routes,
+)
 from gateway.server.middleware import RequestMiddleware
+from gateway.server.openai_routes import Handler
 from gateway.server.reload import ConfigReloader
 from gateway.server.runtime import Runtime
 from gateway.state.store import StatsStore
@@ -26,6 +33,13 @@ from gateway.telemetry import request_log, tracing
 from gateway.telemetry.metrics import log
 
 GC_YOUNG_OBJECTS = 20_000  # CPython's default is 700
+Renderer = Callable[[Request, GatewayError], Awaitable[Response]]
+# The API POST routes, served past FastAPI (GatewayApp): path -> (handler, error renderer).
+DIRECT: dict[str, tuple[Handler, Renderer]] = {
+    **{path: (h, openai_routes.render_error) for path, h in openai_routes.POSTS.items()},
+    **{path: (h, openai_routes.render_error) for path, h in responses_routes.POSTS.items()},
+    **{path: (h, anthropic_routes.render_error) for path, h in anthropic_routes.POSTS.items()},
+}
 
 
 def create_app(
@@ -69,7 +83,10 @@ def create_app(
             Exception: _unexpected,
         },
     )
-    app.include_router(openai_routes.documented)  # the OpenAI POST routes only for docs and 405s
+    # The API POST routes are included only for docs and 405s (GatewayApp serves them).
+    for api in (openai_routes, responses_routes, anthropic_routes):
+        app.include_router(api.documented)
+    app.include_router(model_routes.routes)
     app.include_router(ops.routes)
     app.include_router(dashboard.routes)
     app.add_middleware(
@@ -82,7 +99,7 @@ def create_app(
 
 
 class GatewayApp(FastAPI):
-    """FastAPI, except that the OpenAI POST routes (the hot path) go straight to their handler
+    """FastAPI, except that the API POST routes (the hot path) go straight to their handler
     under the request observer, skipping FastAPI's and Starlette's middleware stack, router and
     per-route wrappers: together about 15% of a relayed request. What those layers do for the
     hot path is done here: errors are rendered by the same handlers, and the routes are still
@@ -91,11 +108,7 @@ class GatewayApp(FastAPI):
     direct: ASGIApp
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] == "http"
-            and scope["method"] == "POST"
-            and scope["path"] in openai_routes.POSTS
-        ):
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in DIRECT:
             scope["app"] = self
             await self.direct(scope, receive, send)
         else:
@@ -103,16 +116,18 @@ class GatewayApp(FastAPI):
 
 
 async def _serve_direct(scope: Scope, receive: Receive, send: Send) -> None:
-    """The route answers; an error raised before its response started is rendered here."""
+    """The route answers; an error raised before its response started is rendered here, in
+    the route's API's shape."""
     request = Request(scope, receive)
+    handler, render = DIRECT[scope["path"]]
     response: Response
     try:
-        await openai_routes.handle(request, send, *openai_routes.POSTS[scope["path"]])
+        await handler(request, send)
         return
     except GatewayError as exc:
-        response = await _gateway_error(request, exc)
+        response = await render(request, exc)
     except Exception as exc:
-        response = await _unexpected(request, exc)
+        response = await render(request, _internal(request, exc))
     await response(scope, receive, send)
 
 
@@ -138,23 +153,38 @@ def _watch(runtime: Runtime, path: Path) -> None:
         log.info("SIGHUP reload unavailable off the main thread; watching %s only", path)
 
 
-async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+def _renderer(request: Request) -> Renderer:
+    """Anthropic's error shape on its routes (and for a models call that sent its version
+    header), else OpenAI's."""
+    path = request.url.path
+    if path.startswith("/v1/messages") or (
+        path.startswith("/v1/models") and "anthropic-version" in request.headers
+    ):
+        return anthropic_routes.render_error
+    return openai_routes.render_error
 
 
-async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    error = GatewayError(str(exc.detail), code=f"http_{exc.status_code}")
+async def _gateway_error(request: Request, exc: GatewayError) -> Response:
+    return await _renderer(request)(request, exc)
+
+
+async def _http_error(request: Request, exc: HTTPException) -> Response:
+    headers = dict(exc.headers) if exc.headers else None
+    error = GatewayError(str(exc.detail), code=f"http_{exc.status_code}", headers=headers)
     error.status = exc.status_code
     error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
-    return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
+    return await _renderer(request)(request, error)
 
 
-async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
     error = InvalidRequest(f"Invalid request: {exc.errors()}", code="invalid_value")
-    return JSONResponse(error.body(), status_code=error.status)
+    return await _renderer(request)(request, error)
 
 
-async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    return await _renderer(request)(request, _internal(request, exc))
+
+
+def _internal(request: Request, exc: Exception) -> GatewayError:
     log.exception("unexpected error on %s", request.url.path)
-    error = GatewayError("The gateway hit an internal error.", code="internal_error")
-    return JSONResponse(error.body(), status_code=500)
+    return GatewayError("The gateway hit an internal error.", code="internal_error")

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
+import math
 import os
 from dataclasses import dataclass
 
 from gateway.config.settings import GatewayConfig, SloClassConfig, TenantConfig, hash_key
-from gateway.errors import AuthenticationFailed, PermissionDenied
+from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
 from policies.base import SloTarget
 
-_MISSING = "Missing API key. Pass it in the Authorization header as 'Bearer <key>'."
+_MISSING = (
+    "Missing API key. Pass it in the Authorization header as 'Bearer <key>' "
+    "(or, on the Anthropic routes, in x-api-key)."
+)
 _INVALID = "Incorrect API key provided."
 
 
@@ -31,8 +36,10 @@ class KeyRing:
         self._admin = hash_key(admin) if admin else None
         self._classes = config.classes
 
-    def caller(self, authorization: str | None) -> Caller:
-        digest = hash_key(_bearer(authorization))
+    def caller(self, authorization: str | None, api_key: str | None = None) -> Caller:
+        """The tenant of a key sent as `Authorization: Bearer` or (Anthropic's) `x-api-key`."""
+        key = api_key.strip() if api_key and api_key.strip() else _bearer(authorization)
+        digest = hash_key(key)
         # The dict is keyed by digests of secrets, so a lookup leaks nothing about any key.
         caller = self._tenants.get(digest)
         if caller is None:
@@ -44,7 +51,25 @@ class KeyRing:
         if self._admin is None or not hmac.compare_digest(digest, self._admin):
             raise AuthenticationFailed(_INVALID, code="invalid_api_key")
 
-    def slo(self, caller: Caller, requested: str | None) -> SloTarget:
+    def slo(
+        self,
+        caller: Caller,
+        requested: str | None,
+        ttft_ms: str | None = None,
+        tpot_ms: str | None = None,
+    ) -> SloTarget:
+        """The class's targets; per-request hints (`x-slo-ttft-ms`, `x-slo-tpot-ms`) tighten
+        them, never loosen them, for tenants allowed hints (ignored for the others)."""
+        target = self._class(caller, requested)
+        if not caller.config.slo_hints or (ttft_ms is None and tpot_ms is None):
+            return target
+        return dataclasses.replace(
+            target,
+            ttft_s=_tightest(target.ttft_s, ttft_ms, "x-slo-ttft-ms"),
+            tpot_s=_tightest(target.tpot_s, tpot_ms, "x-slo-tpot-ms"),
+        )
+
+    def _class(self, caller: Caller, requested: str | None) -> SloTarget:
         name = requested or caller.config.default_class
         if name not in caller.config.allowed_classes:
             raise PermissionDenied(
@@ -55,6 +80,22 @@ class KeyRing:
             )
         klass: SloClassConfig = self._classes[name]
         return klass.target(name)
+
+
+def _tightest(target_s: float | None, hint_ms: str | None, header: str) -> float | None:
+    if hint_ms is None:
+        return target_s
+    try:
+        hint_s = float(hint_ms) / 1000
+    except ValueError:
+        hint_s = math.nan
+    if not math.isfinite(hint_s) or hint_s <= 0:
+        raise InvalidRequest(
+            f"{header} must be a positive number of milliseconds.",
+            code="invalid_value",
+            param=header,
+        )
+    return hint_s if target_s is None else min(target_s, hint_s)
 
 
 def _bearer(authorization: str | None) -> str:

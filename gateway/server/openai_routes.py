@@ -1,31 +1,36 @@
-"""OpenAI routes. Bodies stay opaque: only the fields routing needs are read and checked; every
-other field passes through untouched, and `model` is rewritten per endpoint by the proxy.
+"""OpenAI chat/completions/embeddings routes. Bodies stay opaque: only the fields routing needs
+are read and checked; every other field passes through untouched, and `model` is rewritten per
+endpoint by the proxy. Errors have OpenAI's shape.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from starlette.requests import ClientDisconnect
-from starlette.types import Receive, Send
+from starlette.types import Send
 
 from gateway.core import tokens
-from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
+from gateway.errors import GatewayError
 from gateway.server import openapi
-from gateway.server.runtime import Runtime
-from gateway.telemetry.record import RequestRecord
+from gateway.server.intake import (
+    invalid,
+    model_of,
+    positive_int,
+    route_request,
+    stream_flag,
+    take,
+)
 from gateway.upstream.client import UpstreamCall
-from policies.base import RouteRequest
 
-# The routes as FastAPI documents them in /openapi.json (and serves GET /v1/models). The POST
-# routes are served by `post`, past FastAPI's middleware and routing (app.py: GatewayApp).
+# The routes as FastAPI documents them in /openapi.json. The POST routes are served by `handle`,
+# past FastAPI's middleware and routing (app.py: GatewayApp).
 documented = APIRouter()
 Kind = Literal["chat", "completions", "embeddings"]
-STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+Handler = Callable[[Request, Send], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -51,131 +56,63 @@ async def embeddings() -> None:
     raise NotImplementedError("served by GatewayApp")
 
 
-@documented.get("/v1/models", openapi_extra=openapi.models_route())
-async def models(request: Request) -> JSONResponse:
-    runtime: Runtime = request.app.state.runtime
-    runtime.keyring.caller(request.headers.get("authorization"))
-    data = [
-        {"id": m, "object": "model", "created": 0, "owned_by": "slo-gateway"}
-        for m in runtime.registry.models()
-    ]
-    return JSONResponse({"object": "list", "data": data})
-
-
 # path -> (the path below an endpoint's base URL, the kind of body)
-POSTS: dict[str, tuple[str, Kind]] = {
+PATHS: dict[str, tuple[str, Kind]] = {
     "/v1/chat/completions": ("/chat/completions", "chat"),
     "/v1/completions": ("/completions", "completions"),
     "/v1/embeddings": ("/embeddings", "embeddings"),
 }
 
 
-async def handle(request: Request, send: Send, path: str, kind: Kind) -> None:
+async def handle(request: Request, send: Send) -> None:
     """Parse and classify, then hand the request to `Router.handle`, which answers it."""
-    runtime: Runtime = request.app.state.runtime
-    caller = runtime.keyring.caller(request.headers.get("authorization"))
-    request.state.tenant = caller.tenant
-    record: RequestRecord = request.state.record
-    body = await read_body(request, runtime.config.server.max_body_bytes)
-    record.body = body
+    path, kind = PATHS[request.scope["path"]]
+    intake = await take(request)
+    body = intake.body
     fields = route_fields(body, kind)
-    if not runtime.registry.serving(fields.model):
-        raise ModelNotFound(
-            f"The model {fields.model!r} does not exist or you do not have access to it.",
-            code="model_not_found",
-            param="model",
-        )
-    slo = runtime.keyring.slo(caller, request.headers.get("x-slo-class"))
-    route = RouteRequest(
-        request_id=request.state.request_id,
+    route = route_request(
+        intake,
+        request,
+        "chat",
         model=fields.model,
-        tenant=caller.tenant,
-        slo=slo,
         prompt_tokens=tokens.estimate_prompt_tokens(body),
         max_tokens=fields.max_tokens,
         stream=fields.stream,
-        seq=runtime.next_seq(),
     )
     call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream)
-    await runtime.router.handle(route, call, record, request.receive, send)
+    await intake.runtime.router.handle(route, call, intake.record, request.receive, send)
 
 
-async def read_body(request: Request, max_bytes: int) -> dict[str, Any]:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise _too_large(max_bytes)
-    raw = await _read(request.receive, max_bytes)
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # nesting too deep
-        raise InvalidRequest(
-            f"The request body is not valid JSON ({exc}). Send a JSON object with "
-            "'Content-Type: application/json'.",
-            code="invalid_json",
-        ) from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
-    return body
+async def render_error(request: Request, exc: GatewayError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.response_headers())
 
 
-async def _read(receive: Receive, max_bytes: int) -> bytes:
-    """The body from the ASGI messages (Request.stream's async generator costs more)."""
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        part = message.get("body", b"")
-        size += len(part)
-        if size > max_bytes:
-            raise _too_large(max_bytes)
-        parts.append(part)
-        if not message.get("more_body", False):
-            return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _too_large(max_bytes: int) -> BodyTooLarge:
-    return BodyTooLarge(
-        f"The request body exceeds the gateway's limit of {max_bytes} bytes; shorten the prompt.",
-        code="request_too_large",
-    )
+POSTS: dict[str, Handler] = dict.fromkeys(PATHS, handle)
 
 
 def route_fields(body: dict[str, Any], kind: Kind) -> Fields:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise _invalid("You must provide a model parameter (a non-empty string).", "model")
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool) and stream is not None:
-        raise _invalid("'stream' must be a boolean.", "stream")
+    model = model_of(body)
+    stream = stream_flag(body)
     _required_input(body, kind)
-    return Fields(model, bool(stream) and kind != "embeddings", _max_tokens(body))
+    return Fields(model, stream and kind != "embeddings", _max_tokens(body))
 
 
 def _required_input(body: dict[str, Any], kind: Kind) -> None:
     if kind == "chat":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise _invalid("'messages' must be a non-empty array of message objects.", "messages")
+            raise invalid("'messages' must be a non-empty array of message objects.", "messages")
         if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
-            raise _invalid("Each message must be an object with a string 'role'.", "messages")
+            raise invalid("Each message must be an object with a string 'role'.", "messages")
     elif kind == "completions" and not isinstance(body.get("prompt"), str | list):
-        raise _invalid("'prompt' must be a string or an array.", "prompt")
+        raise invalid("'prompt' must be a string or an array.", "prompt")
     elif kind == "embeddings" and not isinstance(body.get("input"), str | list):
-        raise _invalid("'input' must be a string or an array.", "input")
+        raise invalid("'input' must be a string or an array.", "input")
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:
     for name in ("max_completion_tokens", "max_tokens"):
-        value = body.get(name)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _invalid(f"'{name}' must be a positive integer.", name)
-        return value
+        value = positive_int(body, name)
+        if value is not None:
+            return value
     return None
-
-
-def _invalid(message: str, param: str) -> InvalidRequest:
-    return InvalidRequest(message, code="invalid_value", param=param)

@@ -1,10 +1,11 @@
-"""The OpenAPI description of the OpenAI routes' request bodies and error responses.
+"""The OpenAPI description of the API routes' request bodies and error responses.
 
-The routes read raw bodies (parsing stays opaque and fast, see api.py), so FastAPI cannot infer
-their schemas; these are attached with `openapi_extra`. Each body schema states exactly what the
-gateway itself checks, no more: a field the gateway passes through untouched (temperature,
-tools, ...) accepts anything here, because the endpoint, not the gateway, judges it. Every
-error the gateway answers has OpenAI's shape, `ERROR`.
+The routes read raw bodies (parsing stays opaque and fast, see intake.py), so FastAPI cannot
+infer their schemas; these are attached with `openapi_extra`. Each body schema states exactly
+what the gateway itself checks, no more: a field the gateway passes through untouched
+(temperature, tools, ...) accepts anything here, because the endpoint, not the gateway, judges
+it. Every error the gateway answers has OpenAI's shape, `ERROR`, except on the Anthropic routes
+(`ANTHROPIC_ERROR`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,43 @@ EMBEDDINGS_BODY: dict[str, Any] = {
     "properties": _COMMON | {"input": {"type": ["string", "array"]}},
 }
 
+_STRING_OR_NULL = {"type": ["string", "null"]}
+RESPONSES_BODY: dict[str, Any] = {
+    "type": "object",
+    "description": _PASSED_THROUGH,
+    "required": ["model", "input"],
+    "properties": {
+        "model": _COMMON["model"],
+        "stream": _COMMON["stream"],
+        "max_output_tokens": _POSITIVE_INT_OR_NULL,
+        "input": {"type": ["string", "array"]},
+        "instructions": _STRING_OR_NULL,
+        "previous_response_id": _STRING_OR_NULL,
+        "store": {"type": ["boolean", "null"]},
+        "tools": {"type": ["array", "null"]},
+    },
+}
+_MESSAGES = CHAT_BODY["properties"]["messages"]
+_SYSTEM = {"anyOf": [{"type": "string"}, {"type": "array"}, {"type": "null"}]}
+MESSAGES_BODY: dict[str, Any] = {
+    "type": "object",
+    "description": "Any other Anthropic field is passed to the endpoint untouched.",
+    "required": ["model", "messages", "max_tokens"],
+    "properties": {
+        "model": _COMMON["model"],
+        "stream": _COMMON["stream"],
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "messages": _MESSAGES,
+        "system": _SYSTEM,
+    },
+}
+COUNT_TOKENS_BODY: dict[str, Any] = {
+    "type": "object",
+    "description": "Any other Anthropic field is passed to the endpoint untouched.",
+    "required": ["model", "messages"],
+    "properties": {"model": _COMMON["model"], "messages": _MESSAGES, "system": _SYSTEM},
+}
+
 ERROR: dict[str, Any] = {
     "type": "object",
     "required": ["error"],
@@ -87,8 +125,30 @@ _SLO_CLASS = {
 }
 
 
-def error_responses(statuses: dict[str, str]) -> dict[str, Any]:
-    body = {"application/json": {"schema": ERROR}}
+ANTHROPIC_ERROR: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+        "request_id": {"type": ["string", "null"]},
+    },
+}
+_API_KEY = {
+    "name": "x-api-key",
+    "in": "header",
+    "required": False,
+    "description": "The API key (or send it as Authorization: Bearer).",
+    "schema": {"type": "string"},
+}
+
+
+def error_responses(statuses: dict[str, str], schema: dict[str, Any] = ERROR) -> dict[str, Any]:
+    body = {"application/json": {"schema": schema}}
     return {status: {"description": text, "content": body} for status, text in statuses.items()}
 
 
@@ -105,5 +165,29 @@ def completion_route(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def messages_route(body: dict[str, Any]) -> dict[str, Any]:
+    """`openapi_extra` of an Anthropic POST route: its errors have Anthropic's shape."""
+    route = completion_route(body)
+    route["parameters"] = [_SLO_CLASS, _API_KEY]
+    route["responses"] = {"200": route["responses"]["200"]} | error_responses(
+        _ERROR_STATUSES, ANTHROPIC_ERROR
+    )
+    return route
+
+
 def models_route() -> dict[str, Any]:
     return {"responses": error_responses({"401": _ERROR_STATUSES["401"]})}
+
+
+def model_route() -> dict[str, Any]:
+    return {"responses": error_responses({"401": _ERROR_STATUSES["401"], "404": "Unknown model."})}
+
+
+def stored_route() -> dict[str, Any]:
+    """A call about a stored response, relayed to its owner."""
+    statuses = {
+        "401": _ERROR_STATUSES["401"],
+        "404": "No such stored response, or its owner no longer has it.",
+        "502": "The owner did not answer.",
+    }
+    return {"responses": error_responses(statuses)}

@@ -17,6 +17,7 @@ routes = APIRouter()
 
 
 @routes.get("/healthz")
+@routes.get("/health")  # what clients written for vLLM (GuideLLM) probe a target with
 async def healthz() -> JSONResponse:
     return JSONResponse({"status": "ok"})
 

@@ -35,21 +35,21 @@ from gateway.core.candidates import candidate_snapshots, next_available_in_s, on
 from gateway.core.failover import backoff_s, final_error, gives_up
 from gateway.errors import AttemptFailed, NoEndpointAvailable
 from gateway.server.admission_queue import Admission
+from gateway.server.answer import STREAM_HEADERS, explain, raw_headers, send_whole
 from gateway.server.decision_log import DecisionLog
 from gateway.server.finisher import Finisher, body_result, stream_result
+from gateway.server.response_owners import ResponseOwners
 from gateway.state.view import SharedView
 from gateway.telemetry import tracing
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import Opened, Upstream, UpstreamCall
 from gateway.upstream.departure import Departure
-from gateway.upstream.relay import client_disconnected, relay
-from gateway.upstream.sse import StreamWatch
+from gateway.upstream.grammar import Facts, parse_whole, restamp_whole
+from gateway.upstream.relay import client_disconnected, commit, relay
 from gateway.watch.endpoints import Registry
 from gateway.watch.scraper import Scraper
 from policies.base import EndpointSnapshot, Ranking, RouteRequest, RoutingPolicy
-
-STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
 class ClientGone(Exception):
@@ -75,7 +75,9 @@ class Router:
         upstream: Upstream,
         finisher: Finisher,
         metrics: Metrics,
+        owners: ResponseOwners | None = None,
     ) -> None:
+        """`owners`: where stored responses' endpoints are kept (default: in `view`'s store)."""
         self.server = server
         self.registry = registry
         self.view = view
@@ -85,6 +87,7 @@ class Router:
         self.upstream = upstream
         self.finisher = finisher
         self.metrics = metrics
+        self.owners = owners or ResponseOwners.over(view.store)
         self.rng = random.Random()
         self.decisions = DecisionLog()
 
@@ -107,70 +110,105 @@ class Router:
             await send({"type": "http.response.body", "body": b""})
             return
         else:
-            await self._respond(routed, request, record, receive, send)
+            await self._respond(routed, request, call, record, receive, send)
         finally:
             self.admission.finished(request)
 
     async def _route(
         self, request: RouteRequest, call: UpstreamCall, record: RequestRecord, receive: Receive
     ) -> Routed:
-        ranking = await self.decide(request, record)
+        ranking = await self.decide(request, call, record)
         return await self.open(call, request, ranking, record, lambda: client_disconnected(receive))
 
     async def _respond(
         self,
         routed: Routed,
         request: RouteRequest,
+        call: UpstreamCall,
         record: RequestRecord,
         receive: Receive,
         send: Send,
     ) -> None:
         opened = routed.opened
-        headers = explain(routed, request) | opened.relayed_headers()
-        if not request.stream or opened.status >= 300:
-            self.finisher.finish(
-                opened, request, body_result(opened, request.prompt_tokens), record
-            )
-            await _send_whole(send, opened, headers)
+        upstream_model = opened.endpoint.models[call.model]
+        headers = explain(opened.endpoint.id, routed.attempts, routed.ranking, request)
+        headers |= opened.relayed_headers()
+        headers["x-slo-gateway-upstream-model"] = upstream_model
+        headers.update(call.reply_headers)
+        watch = opened.watch
+        if watch is None:  # a whole answer: not streamed, or an error status
+            await self._answer_whole(opened, request, call, record, headers, send)
             return
-        watch = StreamWatch(started_s=opened.started_s)
+        if call.store and watch.response_id:
+            await self.owners.remember(watch.response_id, opened.endpoint, call, request)
         outcome = "cancelled"
         try:
-            outcome = await relay(opened, watch, _raw(headers | STREAM_HEADERS), receive, send)
+            outcome = await relay(
+                opened, watch, raw_headers(headers | STREAM_HEADERS), receive, send
+            )
         finally:
             result = stream_result(opened, watch, outcome, request.prompt_tokens)
             self.finisher.finish(opened, request, result, record)
+        if call.store and watch.response_id:  # again, with the tokens it took
+            await self.owners.remember(watch.response_id, opened.endpoint, call, request, result)
 
-    def snapshots(self, model: str) -> list[EndpointSnapshot]:
-        """One immutable snapshot per endpoint of `model` that is in rotation now."""
-        return candidate_snapshots(
-            self.registry, self.view, self.scraper.signals, model, time.time()
+    async def _answer_whole(
+        self,
+        opened: Opened,
+        request: RouteRequest,
+        call: UpstreamCall,
+        record: RequestRecord,
+        headers: dict[str, str],
+        send: Send,
+    ) -> None:
+        whole = parse_whole(opened.first) if opened.status < 300 else None
+        facts = call.grammar.facts(whole) if whole is not None else Facts()
+        result = body_result(opened, facts, request.prompt_tokens)
+        self.finisher.finish(opened, request, result, record)
+        body = opened.first
+        if whole is not None and self.server.response_model == "public":
+            body = restamp_whole(body, whole, call.model)
+        if call.store and facts.response_id:
+            await self.owners.remember(facts.response_id, opened.endpoint, call, request, result)
+        await send_whole(send, opened.status, headers, body)
+
+    def snapshots(self, model: str, call: UpstreamCall | None = None) -> list[EndpointSnapshot]:
+        """One immutable snapshot per endpoint of `model` that is in rotation now, serving the
+        call's API (and only its owner, for a call pinned to one)."""
+        api = call.api if call is not None else "chat"
+        found = candidate_snapshots(
+            self.registry, self.view, self.scraper.signals, model, time.time(), api
         )
+        if call is not None and call.owner is not None:
+            return [s for s in found if s.endpoint_id == call.owner]
+        return found
 
-    def next_available_in_s(self, model: str) -> float:
+    def next_available_in_s(self, model: str, call: UpstreamCall | None = None) -> float:
         """Seconds until an endpoint of `model` is back in rotation (gateway/core/candidates)."""
-        return next_available_in_s(self.registry, self.view, model, time.time())
+        api = call.api if call is not None else "chat"
+        return next_available_in_s(self.registry, self.view, model, time.time(), api)
 
-    async def decide(self, request: RouteRequest, record: RequestRecord) -> Ranking:
-        """Admit (maybe after queueing) and rank; the decision time excludes queueing."""
+    async def decide(
+        self, request: RouteRequest, call: UpstreamCall, record: RequestRecord
+    ) -> Ranking:
+        """Admit (maybe after queueing) and rank; the decision time excludes queueing. A call
+        pinned to its owner is not ranked: the owner is its only candidate."""
         started = time.perf_counter()
-        candidates = self.snapshots(request.model)
+        candidates = self.snapshots(request.model, call)
         if not candidates:
-            wait_s = self.next_available_in_s(request.model)
-            raise NoEndpointAvailable(
-                f"No endpoint serving {request.model!r} is available right now; retry shortly.",
-                code="no_endpoint_available",
-                headers={"retry-after": str(max(1, math.ceil(wait_s)))},
-            )
+            raise self._none_available(request, call)
         admitted_at = time.perf_counter()
         with tracing.span("admission"):
             eligible = await self.admission.admit(
-                request, candidates, lambda: self.snapshots(request.model)
+                request, candidates, lambda: self.snapshots(request.model, call)
             )
         waited_s = time.perf_counter() - admitted_at
-        with tracing.span("routing"):
-            ranking = self.policy.rank(request, eligible, self.rng)
-        ranking = only_candidates(ranking, {c.endpoint_id for c in eligible})
+        if call.owner is not None:
+            ranking = Ranking(tuple(eligible), reason="owner")
+        else:
+            with tracing.span("routing"):
+                ranking = self.policy.rank(request, eligible, self.rng)
+            ranking = only_candidates(ranking, {c.endpoint_id for c in eligible})
         self.metrics.decision.observe(max(0.0, time.perf_counter() - started - waited_s))
         if not ranking.endpoints:
             raise NoEndpointAvailable(
@@ -179,6 +217,22 @@ class Router:
         self.decisions.append((time.time(), request, ranking, self.policy.name, waited_s))
         record.ranking, record.queued_s = ranking, waited_s
         return ranking
+
+    def _none_available(self, request: RouteRequest, call: UpstreamCall) -> NoEndpointAvailable:
+        retry_after = str(max(1, math.ceil(self.next_available_in_s(request.model, call))))
+        if call.owner is not None:
+            return NoEndpointAvailable(
+                f"The endpoint that stored the previous response ({call.owner!r}) is out of "
+                "rotation right now; retry shortly (it is never served elsewhere).",
+                code="owner_unavailable",
+                headers={"retry-after": retry_after},
+            )
+        return NoEndpointAvailable(
+            f"No endpoint serving {request.model!r} through this API is available right now; "
+            "retry shortly.",
+            code="no_endpoint_available",
+            headers={"retry-after": retry_after},
+        )
 
     async def open(
         self,
@@ -275,37 +329,16 @@ class Router:
         record.attempts += 1
         try:
             with tracing.upstream_span(endpoint, call.path, call.model, record):
-                return await self.upstream.open(endpoint, call)
+                opened = await self.upstream.open(endpoint, call)
+                if call.stream and opened.status < 300:
+                    public = call.model if self.server.response_model == "public" else None
+                    watch = call.grammar.watch(opened.started_s, public)
+                    opened = await commit(opened, watch, self.server.first_byte_timeout_s)
+                    opened.watch = watch
+                return opened
         except AttemptFailed as failure:
             self.finisher.failed_attempt(endpoint.id, request, failure)
             raise
         except BaseException:
             self.finisher.abandoned(endpoint.id, call.request_id)
             raise
-
-
-def explain(routed: Routed, request: RouteRequest) -> dict[str, str]:
-    """The response headers that say which endpoint answered and why."""
-    headers = {
-        "x-slo-gateway-endpoint": routed.opened.endpoint.id,
-        "x-slo-gateway-class": request.slo.name,
-        "x-slo-gateway-attempts": str(routed.attempts),
-    }
-    ranking = routed.ranking
-    if ranking.reason:
-        headers["x-slo-gateway-decision"] = ranking.reason
-    if ranking.predicted_ttft_s is not None:
-        headers["x-slo-gateway-predicted-ttft-ms"] = f"{ranking.predicted_ttft_s * 1e3:.0f}"
-        headers["x-slo-gateway-at-risk"] = "true" if ranking.at_risk else "false"
-    return headers
-
-
-async def _send_whole(send: Send, opened: Opened, headers: dict[str, str]) -> None:
-    body = opened.first
-    raw = [*_raw(headers), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": opened.status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
-
-
-def _raw(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
-    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]

@@ -6,6 +6,8 @@
     <prefix>{rate:<key>}                  hash  rate-window slot -> cost
     <prefix>{tenant:<tenant>}:<part>      hash/zset  a tenant's requests and tokens windows and
                                           concurrency leases, one slot so one script admits
+    <prefix>{resp:<response id>}:owner    string  the endpoint that stored a Responses API
+                                          response (JSON), with the endpoint's retention as TTL
 
 The prefix is versioned (`sg:v1:`): a change of layout bumps it, so old and new replicas never
 read each other's keys. The `{...}` hash tag puts all of an endpoint's keys in one Redis Cluster
@@ -50,6 +52,9 @@ class KeySpace:
 
     def tenant(self, tenant: str, part: str) -> str:
         return f"{self.prefix}{{tenant:{tenant}}}:{part}"
+
+    def response_owner(self, response_id: str) -> str:
+        return f"{self.prefix}{{resp:{response_id}}}:owner"
 
     def pattern(self) -> str:
         """A SCAN pattern for every key under this prefix (admin and tests)."""

@@ -10,7 +10,8 @@ chunk. Every line has the same keys (null when unknown):
     method, path    e.g. POST /v1/chat/completions
     status          the HTTP status the client got (499: it left before the first byte)
     outcome         ok, client_error, rejected, upstream_error, cancelled, error
-    error_code      the OpenAI error code the client got (e.g. saturated, invalid_value)
+    error_code      the error code the client got (e.g. saturated, invalid_value; on the
+                    Anthropic routes, which have no code, the error type)
     tenant, slo_class, model, stream
     endpoint        the last endpoint tried; attempts: how many were tried
     decision        the policy's reason (slo_met, slo_at_risk, explore, rotation, ...)
@@ -145,6 +146,8 @@ def outcome(record: RequestRecord) -> str:
     if record.result is not None:
         return record.result.outcome
     status = record.status
+    if status < 400:
+        return "ok"  # answered by the gateway itself (GET /v1/models, a stored response)
     if status == 499:
         return "cancelled"
     if record.error_code in ADMISSION_CODES:
@@ -155,13 +158,16 @@ def outcome(record: RequestRecord) -> str:
 
 
 def error_code(body: bytes, status: int) -> str:
-    """The `error.code` of an OpenAI error body, else `http_<status>`."""
+    """The `error.code` of an OpenAI error body (an Anthropic one's `error.type`), else
+    `http_<status>`."""
     try:
         parsed = json.loads(body) if body else None
     except (ValueError, UnicodeDecodeError):
         parsed = None
-    error = parsed.get("error") if isinstance(parsed, dict) else None
-    code = error.get("code") if isinstance(error, dict) else None
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("error"), dict):
+        return f"http_{status}"
+    error = parsed["error"]
+    code = error.get("code") or (error.get("type") if parsed.get("type") == "error" else None)
     return code if isinstance(code, str) and code else f"http_{status}"
 
 

@@ -21,10 +21,12 @@ import orjson
 from httpx_aiohttp import AiohttpTransport
 from yarl import URL
 
-from gateway.config.settings import EndpointConfig, ServerConfig
+from gateway.config.settings import Api, EndpointConfig, ServerConfig
 from gateway.core.failover import CLIENT_FAULT_STATUSES, FIRST_BYTE_TIMEOUT, answered_with_error
-from gateway.errors import AttemptFailed, InvalidRequest
+from gateway.errors import AttemptFailed, InvalidRequest, ResponseNotFound, UpstreamError
 from gateway.telemetry import tracing
+from gateway.upstream.grammar import Grammar, StreamGrammar
+from gateway.upstream.sse import CHAT
 
 POOL_SIZE = 1000
 
@@ -44,11 +46,19 @@ class MappedAiohttpTransport(AiohttpTransport):
 
 @dataclass(slots=True)
 class UpstreamCall:
+    """What to send upstream for one request, and how to read and relay the answer."""
+
     request_id: str
     path: str  # below the endpoint's base URL, e.g. "/chat/completions"
     body: dict[str, Any]
     model: str  # the public model name
     stream: bool
+    grammar: Grammar = CHAT  # the API's stream grammar (gateway/upstream/grammar.py)
+    api: Api = "chat"  # only endpoints serving it are candidates
+    headers: tuple[tuple[str, str], ...] = ()  # forwarded upstream (anthropic-version, -beta)
+    reply_headers: tuple[tuple[str, str], ...] = ()  # added to the client's answer
+    owner: str | None = None  # the one endpoint that may serve it (a stored response's owner)
+    store: bool = False  # remember which endpoint stored the response it creates
 
 
 class Chunks(Protocol):
@@ -72,6 +82,7 @@ class Opened:
     rest: Chunks
     release: Callable[[], None]
     started_s: float
+    watch: StreamGrammar | None = None  # a stream's grammar watch, once committed
 
     def relayed_headers(self) -> dict[str, str]:
         """The upstream headers the client gets: only the content type."""
@@ -136,7 +147,7 @@ class AiohttpUpstream:
                     allow_redirects=False,
                 )
                 try:
-                    first = await _first_bytes(endpoint, response, call.stream)
+                    first = await _first_bytes(endpoint, response, call)
                 except BaseException:
                     response.release()
                     raise
@@ -177,25 +188,60 @@ class AiohttpUpstream:
             "accept-encoding": "identity",
             "x-request-id": call.request_id,
         }
-        key = endpoint.api_key()
-        if key:
-            headers["authorization"] = f"Bearer {key}"
+        headers.update(call.headers)
+        headers.update(endpoint.auth_headers())
         tracing.inject(headers)
         return headers
 
+    async def request(
+        self, endpoint: EndpointConfig, method: str, path: str, request_id: str
+    ) -> tuple[int, str, bytes]:
+        """One plain call below the endpoint's base URL (a stored response's GET, DELETE,
+        cancel): (status, content type, body); a failure to answer is an UpstreamError."""
+        headers = {"accept-encoding": "identity", "x-request-id": request_id}
+        headers.update(endpoint.auth_headers())
+        try:
+            async with (
+                asyncio.timeout(self.server.first_byte_timeout_s),
+                self.session.request(
+                    method, self._url(endpoint, path), headers=headers, allow_redirects=False
+                ) as response,
+            ):
+                body = _redacted(endpoint, await response.read())
+                return response.status, response.headers.get("content-type", ""), body
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise UpstreamError(
+                f"The endpoint that stored this response did not answer ({type(exc).__name__}).",
+                code="upstream_failed",
+            ) from None
+
 
 async def _first_bytes(
-    endpoint: EndpointConfig, response: aiohttp.ClientResponse, stream: bool
+    endpoint: EndpointConfig, response: aiohttp.ClientResponse, call: UpstreamCall
 ) -> bytes:
     status = response.status
+    if status == 404 and call.owner is not None:
+        await response.read()
+        raise owner_lost(endpoint.id)
     if status >= 300 and status not in CLIENT_FAULT_STATUSES:
         await _raise_for_status(endpoint, response)
-    if not stream or status >= 300:
+    if not call.stream or status >= 300:
         return _redacted(endpoint, await response.read())
     first = await response.content.readany()  # empty only at the end of the body
     if first:
         return first
     raise AttemptFailed(endpoint.id, "empty_stream")
+
+
+def owner_lost(endpoint_id: str, param: str | None = "previous_response_id") -> ResponseNotFound:
+    """A stored response's owner answered 404: it no longer has it (or lacks the route)."""
+    return ResponseNotFound(
+        f"The response was stored on endpoint {endpoint_id!r}, which no longer has it (it "
+        "restarted or expired it, or does not serve this route). Stored responses are never "
+        "moved to another endpoint: start a new conversation without previous_response_id.",
+        code="response_owner_lost",
+        param=param,
+    )
 
 
 def _dumps(body: dict[str, Any]) -> bytes:

@@ -1,33 +1,88 @@
-"""Relaying an upstream's stream to the client, byte for byte, to its end or to a clean error.
+"""Relaying an upstream's stream to the client, event by event, to its end or to a clean error.
 
-The bytes go to the client exactly as received, and the stream watch (gateway/upstream/sse.py)
-reads them on the way for the first token, usage and completion. The stream ends with an SSE
-error event when the upstream fails or stops early, and the relay stops when the client leaves
-(noticed by gateway/upstream/departure.py, which cancels it). The outcome it returns is `ok`,
-`upstream_error` (a mid-stream failure, or a stream that stopped without [DONE]) or `cancelled`
-(the client went away); the caller then releases the upstream response, which cancels the
-request upstream when it is not complete. Plain ASGI sends: Starlette's StreamingResponse, with
-its task group, cancel scopes and async generator per chunk, cost more than the relay itself.
+The API's stream grammar (gateway/upstream/grammar.py) reads every chunk on the way: `commit`
+reads an attempt's opening events until the grammar may answer the client (chat: its first
+bytes; Responses and Messages: their first token), so that a stream failing before that still
+counts as a failed attempt and fails over; `relay` then sends what was held and relays the rest.
+What the client gets is the upstream's whole events as received (the grammar restamps `model`),
+and, when the upstream fails or stops early, an error event in the API's own grammar. A partial
+event is never sent ahead of that error event. The relay stops when the client leaves (noticed
+by gateway/upstream/departure.py, which cancels it). Its outcome is `ok`, `upstream_error` (a
+mid-stream failure, or a stream that stopped before its grammar's end) or `cancelled` (the
+client went away); the caller then releases the upstream response, which cancels the request
+upstream when it is not complete. Plain ASGI sends: Starlette's StreamingResponse, with its
+task group, cancel scopes and async generator per chunk, cost more than the relay itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 
 import aiohttp
 from starlette.types import Receive, Send
 
+from gateway.core.failover import FIRST_BYTE_TIMEOUT
+from gateway.errors import AttemptFailed
 from gateway.upstream.client import Opened
 from gateway.upstream.departure import Departure
-from gateway.upstream.sse import StreamWatch, error_event
+from gateway.upstream.grammar import StreamGrammar
 
 # What a failing upstream connection raises: aiohttp's errors, its timeouts, bare socket errors.
 UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+INTERRUPTED, TRUNCATED = "upstream_stream_interrupted", "upstream_stream_truncated"
+
+
+async def commit(opened: Opened, watch: StreamGrammar, timeout_s: float) -> Opened:
+    """Read until `watch` commits, within what is left of the first-byte timeout; returns the
+    response with everything to send first. Raises AttemptFailed (the response released) when
+    the stream fails, ends or reports the upstream's failure before that."""
+    held = [watch.feed(opened.first)]
+    if not watch.committed:
+        left_s = timeout_s - (time.perf_counter() - opened.started_s)
+        try:
+            async with asyncio.timeout(max(0.0, left_s)):
+                held += await _read_until_committed(opened, watch)
+        except TimeoutError:
+            opened.release()
+            raise AttemptFailed(opened.endpoint.id, FIRST_BYTE_TIMEOUT) from None
+        except UPSTREAM_ERRORS as exc:
+            opened.release()
+            raise AttemptFailed(opened.endpoint.id, type(exc).__name__) from None
+    failed = _failure(opened, watch)
+    if failed is not None:
+        opened.release()
+        raise failed
+    if len(held) == 1 and held[0] is opened.first:
+        return opened  # the common case: the first chunk was whole events, sent as read
+    return dataclasses.replace(opened, first=b"".join(held))
+
+
+async def _read_until_committed(opened: Opened, watch: StreamGrammar) -> list[bytes]:
+    held = []
+    while not watch.committed:
+        chunk = await opened.rest.readany()
+        if not chunk:
+            held.append(watch.flush())
+            break
+        held.append(watch.feed(chunk))
+    return held
+
+
+def _failure(opened: Opened, watch: StreamGrammar) -> AttemptFailed | None:
+    endpoint_id = opened.endpoint.id
+    if not watch.committed:
+        return AttemptFailed(endpoint_id, "empty_stream")
+    status = watch.failure_status
+    if status:
+        return AttemptFailed(endpoint_id, f"error_event_{status}", status=status)
+    return None
 
 
 async def relay(
     opened: Opened,
-    watch: StreamWatch,
+    watch: StreamGrammar,
     headers: list[tuple[bytes, bytes]],
     receive: Receive,
     send: Send,
@@ -46,21 +101,26 @@ async def relay(
     return outcome
 
 
-async def _relay(opened: Opened, watch: StreamWatch, send: Send) -> str:
-    chunk, read = opened.first, opened.rest.readany
+async def _relay(opened: Opened, watch: StreamGrammar, send: Send) -> str:
+    """`opened.first` went through the watch in `commit`; the rest goes through it here."""
+    events, read = opened.first, opened.rest.readany
     while True:
-        watch.feed(chunk)
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if events:
+            await send({"type": "http.response.body", "body": events, "more_body": True})
         try:
             chunk = await read()
         except UPSTREAM_ERRORS:
-            tail = error_event("The upstream failed mid-stream.", "upstream_stream_interrupted")
+            tail = watch.error_event(
+                "The upstream failed mid-stream.", "upstream_stream_interrupted"
+            )
             return await _end(send, "upstream_error", tail)
         if not chunk:
+            tail = watch.flush()
             if watch.done or watch.upstream_error:
-                return await _end(send, "ok", b"")
-            tail = error_event("The upstream ended the stream early.", "upstream_stream_truncated")
+                return await _end(send, "ok", tail)
+            tail += watch.error_event("The upstream ended the stream early.", TRUNCATED)
             return await _end(send, "upstream_error", tail)
+        events = watch.feed(chunk)
 
 
 async def _end(send: Send, outcome: str, tail: bytes) -> str:

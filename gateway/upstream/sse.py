@@ -1,9 +1,11 @@
-"""Watch a relayed SSE stream without re-encoding it: find the first content token, count
-content events, pick up `usage`, and notice whether the stream ended properly.
+"""The chat/completions grammar: watch a relayed SSE stream without re-encoding it, find the
+first content token, count content events, pick up `usage`, notice whether the stream ended
+with `[DONE]`, and restamp `model` (every chunk carries it) with the public name.
 
-Only events up to the first content token are JSON-parsed, plus events that mention "usage";
-every other event costs a regex search, and a chunk of routine events a few substring counts.
-The bytes go to the client exactly as received.
+Only events up to the first content token are JSON-parsed, plus events that mention "usage"
+or "error"; every other event costs a regex search, and a chunk of routine events a few
+substring counts (and, when the model is restamped, one `bytes.replace` with the upstream's
+`"model":"..."` bytes as its first event spelt them). The stream commits with its first bytes.
 """
 
 from __future__ import annotations
@@ -11,8 +13,20 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from gateway.upstream.grammar import (
+    MODEL_FIELD,
+    EventWatch,
+    Facts,
+    Grammar,
+    dumps,
+    dumps_value,
+    joined,
+    number,
+)
 
 _DONE = b"data: [DONE]"
 # A non-empty string value for "content" or "text", or any tool-call delta.
@@ -20,27 +34,29 @@ _CONTENT = re.compile(rb'"(?:content|text)":\s*"(?!")|"tool_calls":\s*\[')
 
 
 @dataclass(slots=True)
-class StreamWatch:
-    started_s: float
-    first_token_s: float | None = None
-    last_token_s: float | None = None
-    content_events: int = 0
+class StreamWatch(EventWatch):
     usage: dict[str, Any] | None = None
-    done: bool = False
-    upstream_error: bool = False
-    _pending: bytes = field(default=b"", repr=False)
+    _old_model: bytes | None = None  # the upstream's `"model":"..."`, once learnt
+    _new_model: bytes = b""
 
-    def feed(self, chunk: bytes) -> None:
+    @property
+    def committed(self) -> bool:
+        return True
+
+    def feed(self, chunk: bytes) -> bytes:
         if self.first_token_s is not None and not self._pending:
             events = routine_events(chunk)
             if events:
-                self._count(time.perf_counter(), events)
-                return
-        parts = (self._pending + chunk).split(b"\n\n")
-        self._pending = parts.pop()
+                self._token(time.perf_counter(), events=events)
+                old = self._old_model
+                return chunk if old is None else chunk.replace(old, self._new_model)
+        parts = self._split(chunk)
         now = time.perf_counter()
         for event in parts:
             self._event(event.strip(), now)
+        out = joined(parts)
+        old = self._old_model
+        return out if old is None else out.replace(old, self._new_model)
 
     def _event(self, event: bytes, now: float) -> None:
         if not event.startswith(b"data:"):
@@ -49,46 +65,38 @@ class StreamWatch:
             self.done = True
             return
         if self.first_token_s is None or b'"usage"' in event or b'"error"' in event:
-            self._parse(event[5:], now)
+            self._parse(event, now)
         elif _CONTENT.search(event):
-            self._count(now)
+            self._token(now)
 
-    def _parse(self, payload: bytes, now: float) -> None:
+    def _parse(self, event: bytes, now: float) -> None:
         try:
-            body = json.loads(payload)
+            body = json.loads(event[5:])
         except ValueError:
             return
         if not isinstance(body, dict):
             return
+        if self.public_model is not None and self._old_model is None:
+            self._learn_model(event)
         if isinstance(body.get("usage"), dict):
             self.usage = body["usage"]
+            self.reported_prompt_tokens = number(self.usage.get("prompt_tokens"))
+            self.reported_output_tokens = number(self.usage.get("completion_tokens"))
         if "error" in body:
             self.upstream_error = True
         if _has_content(body):
-            self._count(now)
+            self._token(now)
 
-    def _count(self, now: float, events: int = 1) -> None:
-        if self.first_token_s is None:
-            self.first_token_s = now
-        self.last_token_s = now
-        self.content_events += events
+    def _learn_model(self, event: bytes) -> None:
+        found = MODEL_FIELD.search(event)
+        if found is None or self.public_model is None:
+            return
+        new = b'"model":' + dumps_value(self.public_model)
+        if found.group() != new:
+            self._old_model, self._new_model = found.group(), new
 
-    @property
-    def ttft_s(self) -> float | None:
-        return None if self.first_token_s is None else self.first_token_s - self.started_s
-
-    @property
-    def output_tokens(self) -> int:
-        if self.usage and isinstance(self.usage.get("completion_tokens"), int):
-            return int(self.usage["completion_tokens"])
-        return self.content_events
-
-    @property
-    def tpot_s(self) -> float | None:
-        tokens = self.output_tokens
-        if self.first_token_s is None or self.last_token_s is None or tokens < 2:
-            return None
-        return (self.last_token_s - self.first_token_s) / (tokens - 1)
+    def error_event(self, message: str, code: str) -> bytes:
+        return error_event(message, code)
 
 
 def routine_events(chunk: bytes) -> int:
@@ -125,4 +133,14 @@ def _has_content(body: dict[str, Any]) -> bool:
 
 def error_event(message: str, code: str) -> bytes:
     body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+    return b"data: " + dumps(body) + b"\n\n"
+
+
+def chat_facts(body: Mapping[str, Any]) -> Facts:
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return Facts()
+    return Facts(number(usage.get("prompt_tokens")), number(usage.get("completion_tokens")))
+
+
+CHAT = Grammar("chat", StreamWatch, chat_facts)

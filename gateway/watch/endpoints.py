@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from gateway.config.settings import EndpointConfig
+from gateway.config.settings import Api, EndpointConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,17 +25,21 @@ class EndpointState:
 class Registry:
     def __init__(self, endpoints: Sequence[EndpointConfig]) -> None:
         self.endpoints = {e.id: e for e in endpoints}
-        self._by_model: dict[str, tuple[EndpointConfig, ...]] = {}
+        self._by_model: dict[tuple[str, Api], tuple[EndpointConfig, ...]] = {}
         for endpoint in endpoints:
             for model in endpoint.models:
-                self._by_model[model] = (*self._by_model.get(model, ()), endpoint)
+                for api in endpoint.apis:
+                    key = (model, api)
+                    self._by_model[key] = (*self._by_model.get(key, ()), endpoint)
         self._state = {e.id: EndpointState() for e in endpoints}
 
-    def models(self) -> list[str]:
-        return sorted(self._by_model)
+    def models(self, api: Api | None = None) -> list[str]:
+        """The public model names, of every endpoint or of those serving `api`."""
+        return sorted({m for m, served in self._by_model if api is None or served == api})
 
-    def serving(self, model: str) -> tuple[EndpointConfig, ...]:
-        return self._by_model.get(model, ())
+    def serving(self, model: str, api: Api = "chat") -> tuple[EndpointConfig, ...]:
+        """The endpoints serving `model` through `api`."""
+        return self._by_model.get((model, api), ())
 
     def state(self, endpoint_id: str) -> EndpointState:
         return self._state[endpoint_id]

@@ -44,8 +44,7 @@ def probe_url(endpoint: EndpointConfig) -> str:
 
 
 def probe_headers(endpoint: EndpointConfig) -> dict[str, str]:
-    key = endpoint.api_key()
-    return {"authorization": f"Bearer {key}"} if key else {}
+    return endpoint.auth_headers()
 
 
 @dataclass(frozen=True, slots=True)

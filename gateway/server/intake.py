@@ -1,0 +1,179 @@
+"""What every API route does before `Router.handle`: find the caller, read the JSON body, check
+the model is served through the API, and classify the request (its SLO class and hints).
+
+The headers the gateway reads are picked out of the request in one pass (`Wanted`). The SLO
+class comes from `x-slo-class`, or the inference gateway's `x-gateway-inference-objective`;
+`x-slo-ttft-ms` / `x-slo-tpot-ms` tighten its targets for tenants allowed hints (auth.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
+
+from gateway.config.settings import Api
+from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
+from gateway.server.auth import Caller
+from gateway.server.runtime import Runtime
+from gateway.telemetry.record import RequestRecord
+from policies.base import RouteRequest
+
+_WANTED = frozenset(
+    {
+        b"authorization",
+        b"x-api-key",
+        b"content-length",
+        b"x-slo-class",
+        b"x-gateway-inference-objective",
+        b"x-slo-ttft-ms",
+        b"x-slo-tpot-ms",
+        b"anthropic-version",
+        b"anthropic-beta",
+    }
+)
+
+
+def wanted_headers(request: Request) -> dict[bytes, str]:
+    """The headers the gateway reads, by lower-case name (the first of each)."""
+    found: dict[bytes, str] = {}
+    for name, value in request.scope["headers"]:
+        if name in _WANTED and name not in found:
+            found[name] = value.decode("latin-1")
+    return found
+
+
+@dataclass(slots=True)
+class Intake:
+    runtime: Runtime
+    caller: Caller
+    body: dict[str, Any]
+    record: RequestRecord
+    headers: dict[bytes, str]
+
+
+async def take(request: Request, *, api_key_header: bool = False) -> Intake:
+    """Authenticate and read the body; `api_key_header`: accept Anthropic's x-api-key too."""
+    runtime: Runtime = request.app.state.runtime
+    headers = wanted_headers(request)
+    api_key = headers.get(b"x-api-key") if api_key_header else None
+    caller = runtime.keyring.caller(headers.get(b"authorization"), api_key)
+    request.state.tenant = caller.tenant
+    record: RequestRecord = request.state.record
+    body = await read_body(request, runtime.config.server.max_body_bytes, headers)
+    record.body = body
+    return Intake(runtime, caller, body, record, headers)
+
+
+def route_request(
+    intake: Intake,
+    request: Request,
+    api: Api,
+    *,
+    model: str,
+    prompt_tokens: int,
+    max_tokens: int | None,
+    stream: bool,
+) -> RouteRequest:
+    """The request as routing sees it, once its model is known to be served through `api`."""
+    runtime, headers = intake.runtime, intake.headers
+    if not runtime.registry.serving(model, api):
+        raise _not_served(runtime, model, api)
+    requested = headers.get(b"x-slo-class") or headers.get(b"x-gateway-inference-objective")
+    slo = runtime.keyring.slo(
+        intake.caller, requested, headers.get(b"x-slo-ttft-ms"), headers.get(b"x-slo-tpot-ms")
+    )
+    return RouteRequest(
+        request_id=request.state.request_id,
+        model=model,
+        tenant=intake.caller.tenant,
+        slo=slo,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        stream=stream,
+        seq=runtime.next_seq(),
+    )
+
+
+def _not_served(runtime: Runtime, model: str, api: Api) -> ModelNotFound:
+    if runtime.registry.serving(model, "chat") or model in runtime.registry.models():
+        message = f"The model {model!r} is not served through this API ({api}) here."
+    else:
+        message = f"The model {model!r} does not exist or you do not have access to it."
+    return ModelNotFound(message, code="model_not_found", param="model")
+
+
+async def read_body(
+    request: Request, max_bytes: int, headers: dict[bytes, str] | None = None
+) -> dict[str, Any]:
+    declared = (headers or wanted_headers(request)).get(b"content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(max_bytes)
+    raw = await _read(request.receive, max_bytes)
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # nesting too deep
+        raise InvalidRequest(
+            f"The request body is not valid JSON ({exc}). Send a JSON object with "
+            "'Content-Type: application/json'.",
+            code="invalid_json",
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+async def _read(receive: Receive, max_bytes: int) -> bytes:
+    """The body from the ASGI messages (Request.stream's async generator costs more)."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        part = message.get("body", b"")
+        size += len(part)
+        if size > max_bytes:
+            raise _too_large(max_bytes)
+        parts.append(part)
+        if not message.get("more_body", False):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _too_large(max_bytes: int) -> BodyTooLarge:
+    return BodyTooLarge(
+        f"The request body exceeds the gateway's limit of {max_bytes} bytes; shorten the prompt.",
+        code="request_too_large",
+    )
+
+
+def invalid(message: str, param: str) -> InvalidRequest:
+    return InvalidRequest(message, code="invalid_value", param=param)
+
+
+def positive_int(body: dict[str, Any], name: str) -> int | None:
+    """`body[name]` when it is a positive integer, None when absent; else a 400."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise invalid(f"'{name}' must be a positive integer.", name)
+    return value
+
+
+def stream_flag(body: dict[str, Any]) -> bool:
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool) and stream is not None:
+        raise invalid("'stream' must be a boolean.", "stream")
+    return bool(stream)
+
+
+def model_of(body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("You must provide a model parameter (a non-empty string).", "model")
+    return model
