@@ -25,7 +25,8 @@ MAX_LIMIT = 1000
 def _models(request: Request) -> list[str]:
     runtime: Runtime = request.app.state.runtime
     headers = request.headers
-    runtime.keyring.caller(headers.get("authorization"), headers.get("x-api-key"))
+    caller = runtime.keyring.caller(headers.get("authorization"), headers.get("x-api-key"))
+    request.state.tenant = caller.tenant
     return runtime.registry.models("messages" if anthropic(request) else None)
 
 

@@ -105,7 +105,9 @@ def response_fields(body: dict[str, Any]) -> Fields:
 async def _parent(runtime: Runtime, fields: Fields, tenant: str) -> Owner:
     """The owner of the response a turn continues; a 404 when there is none to go to."""
     assert fields.previous_response_id is not None
-    owner, endpoint = await _owner(runtime, fields.previous_response_id, tenant)
+    owner, endpoint = await _owner(
+        runtime, fields.previous_response_id, tenant, "previous_response_id"
+    )
     if fields.model not in endpoint.models:
         raise InvalidRequest(
             f"The previous response is stored on endpoint {endpoint.id!r}, which does not serve "
@@ -116,14 +118,16 @@ async def _parent(runtime: Runtime, fields: Fields, tenant: str) -> Owner:
     return owner
 
 
-async def _owner(runtime: Runtime, response_id: str, tenant: str) -> tuple[Owner, EndpointConfig]:
+async def _owner(
+    runtime: Runtime, response_id: str, tenant: str, param: str | None
+) -> tuple[Owner, EndpointConfig]:
     owner = await runtime.router.owners.find(response_id)
     if owner is None or owner.tenant != tenant:
         raise ResponseNotFound(
             f"No response with id {response_id!r} is known to this gateway: it was never stored "
             "(store: false), was deleted, or its retention passed.",
             code="response_not_found",
-            param="previous_response_id",
+            param=param,
         )
     endpoint = runtime.registry.endpoints.get(owner.endpoint_id)
     if endpoint is None or "responses" not in endpoint.apis:
@@ -131,7 +135,7 @@ async def _owner(runtime: Runtime, response_id: str, tenant: str) -> tuple[Owner
             f"Response {response_id!r} was stored on endpoint {owner.endpoint_id!r}, which this "
             "gateway no longer routes to; stored responses are never moved to another endpoint.",
             code="response_owner_gone",
-            param="previous_response_id",
+            param=param,
         )
     return owner, endpoint
 
@@ -161,7 +165,7 @@ async def _at_owner(request: Request, response_id: str, method: str, suffix: str
     runtime: Runtime = request.app.state.runtime
     caller = runtime.keyring.caller(request.headers.get("authorization"))
     request.state.tenant = caller.tenant
-    owner, endpoint = await _owner(runtime, response_id, caller.tenant)
+    owner, endpoint = await _owner(runtime, response_id, caller.tenant, None)
     path = f"/responses/{response_id}{suffix}"
     if request.url.query:
         path += f"?{request.url.query}"

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.sim.api_routes import ApiRoutes
 from gateway.sim.engine_metrics import EngineMetrics
 from gateway.sim.faults import Faults, FaultState
 from gateway.sim.frontend import Frontend, FrontendOptions, error_response
@@ -181,7 +182,11 @@ def create_engine_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    routes = [*frontend.routes(), Route("/metrics", metrics, methods=["GET"])]
+    routes = [
+        *frontend.routes(),
+        *ApiRoutes(frontend).routes(),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.runtime = runtime
     app.state.frontend = frontend

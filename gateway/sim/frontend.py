@@ -10,7 +10,6 @@ are watched for the whole request, so a gone client always frees its sequence.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine
@@ -22,9 +21,10 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Receive
 
 from gateway.sim.faults import FaultState
+from gateway.sim.stream_response import SseResponse, StreamCut, unless_disconnected, wait_disconnect
 from gateway.sim.wire import (
     CompletionRequest,
     CompletionWriter,
@@ -38,6 +38,24 @@ from gateway.sim.wire import (
 
 Outcome = Literal["completed", "cancelled", "dropped"]
 _CLIENT_GONE = 499  # nobody reads it; nginx's code for "client closed request"
+
+
+class Writer(Protocol):
+    """Builds one answer in an API's wire format (wire.py, responses_wire.py, messages_wire.py):
+    the opening events (before any token), one token's events, the closing events, the body."""
+
+    tokens_sent: int
+
+    def start(self) -> bytes: ...
+
+    def chunk(self, index: int) -> bytes: ...
+
+    def end(self) -> bytes: ...
+
+    def body(self) -> dict[str, Any]: ...
+
+
+Parse = Callable[[Any], tuple[CompletionRequest, Writer]]  # raises InvalidBody
 
 
 class TokenSource(Protocol):
@@ -105,10 +123,6 @@ class Flight:
             self.stats.count(self.outcome)
 
 
-class StreamCut(Exception):
-    """Raised inside a stream to cut the connection without a clean end (fault injection)."""
-
-
 class _Refusal(Exception):
     def __init__(self, response: Response) -> None:
         super().__init__(response.status_code)
@@ -119,59 +133,6 @@ def error_response(
     status: int, message: str, error_type: str, *, code: str | None = None, **headers: str
 ) -> JSONResponse:
     return JSONResponse(error_body(message, error_type, code=code), status, headers=headers)
-
-
-async def wait_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def unless_disconnected(work: Coroutine[Any, Any, None], receive: Receive) -> bool:
-    """Run work until it ends or the client leaves; False (work cancelled) if the client left."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(wait_disconnect(receive))
-    try:
-        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        task.cancel()
-        watch.cancel()
-        await asyncio.gather(task, watch, return_exceptions=True)
-    if task.cancelled():
-        return False
-    task.result()  # re-raises what the work raised
-    return True
-
-
-class SseResponse(Response):
-    media_type = "text/event-stream"
-
-    def __init__(
-        self,
-        events: AsyncGenerator[bytes, None],
-        *,
-        headers: dict[str, str],
-        on_close: Callable[[], None],
-    ) -> None:
-        self.status_code = 200
-        self.background = None
-        self.init_headers(headers)
-        self._events = events
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await unless_disconnected(self._send_all(send), receive)
-        except StreamCut:
-            return  # uvicorn closes the connection of a response left unfinished
-        finally:
-            self._on_close()
-
-    async def _send_all(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        async with aclosing(self._events) as events:
-            async for event in events:
-                await send({"type": "http.response.body", "body": event, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class Frontend:
@@ -241,19 +202,39 @@ class Frontend:
             return refusal.response
 
     async def _completion(self, request: Request, kind: Kind) -> Response:
-        body = await self._admit(request)
-        try:
+        def parse(body: Any) -> tuple[CompletionRequest, Writer]:
             parsed = parse_completion(
                 body, kind, default_max_tokens=self.options.default_max_tokens
             )
+            return parsed, CompletionWriter(parsed, separate_finish=self.options.separate_finish)
+
+        return await self.serve(request, parse)
+
+    async def serve(self, request: Request, parse: Parse) -> Response:
+        """Admit (faults first), parse, then stream or answer whole: every API's route."""
+        body = await self._admit(request)
+        try:
+            parsed, writer = parse(body)
         except InvalidBody as exc:
             return error_response(400, str(exc), "invalid_request_error")
         refusal = self.source.refuse(parsed, self.stats.in_progress)
         if refusal is not None:
             return refusal
         if parsed.stream:
-            return self._stream(parsed)
-        return await self._whole(parsed, request.receive)
+            return self._stream(parsed, writer)
+        return await self._whole(parsed, writer, request.receive)
+
+    async def answer(self, work: Coroutine[Any, Any, Response]) -> Response:
+        """The work's response, or the refusal it raised."""
+        return await self._answer(work)
+
+    def unauthorized(self, request: Request) -> Response | None:
+        """The 401 for a request without the server's key, else None."""
+        try:
+            self._check_auth(request)
+        except _Refusal as refusal:
+            return refusal.response
+        return None
 
     async def _embeddings(self, request: Request) -> Response:
         body = await self._admit(request)
@@ -287,7 +268,10 @@ class Frontend:
 
     def _check_auth(self, request: Request) -> None:
         key = self.options.api_key
-        if key is not None and request.headers.get("authorization") != f"Bearer {key}":
+        headers = request.headers
+        if key is None or headers.get("x-api-key") == key:  # Anthropic's header, or Bearer
+            return
+        if headers.get("authorization") != f"Bearer {key}":
             raise _Refusal(
                 error_response(
                     401,
@@ -327,8 +311,7 @@ class Frontend:
                 )
             )
 
-    def _stream(self, parsed: CompletionRequest) -> Response:
-        writer = CompletionWriter(parsed, separate_finish=self.options.separate_finish)
+    def _stream(self, parsed: CompletionRequest, writer: Writer) -> Response:
         flight = self.stats.begin()
         headers = self.source.headers(self.stats.in_progress)
         events = self._events(parsed, writer, self.faults.drop_after(), flight)
@@ -337,10 +320,13 @@ class Frontend:
     async def _events(
         self,
         parsed: CompletionRequest,
-        writer: CompletionWriter,
+        writer: Writer,
         drop_after: int | None,
         flight: Flight,
     ) -> AsyncGenerator[bytes, None]:
+        opening = writer.start()
+        if opening:
+            yield opening
         async with aclosing(self.source.tokens(parsed)) as tokens:
             async for index in tokens:
                 if index == drop_after:
@@ -350,8 +336,7 @@ class Frontend:
         flight.outcome = "completed"
         yield writer.end()
 
-    async def _whole(self, parsed: CompletionRequest, receive: Receive) -> Response:
-        writer = CompletionWriter(parsed, separate_finish=self.options.separate_finish)
+    async def _whole(self, parsed: CompletionRequest, writer: Writer, receive: Receive) -> Response:
         flight = self.stats.begin()
         headers = self.source.headers(self.stats.in_progress)
         try:
@@ -363,7 +348,7 @@ class Frontend:
             return Response(status_code=_CLIENT_GONE)
         return JSONResponse(writer.body(), headers=headers)
 
-    async def _collect(self, parsed: CompletionRequest, writer: CompletionWriter) -> None:
+    async def _collect(self, parsed: CompletionRequest, writer: Writer) -> None:
         async with aclosing(self.source.tokens(parsed)) as tokens:
             async for index in tokens:
                 writer.tokens_sent = index + 1

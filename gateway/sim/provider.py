@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.applications import Starlette
 from starlette.responses import Response
 
+from gateway.sim.api_routes import ApiRoutes
 from gateway.sim.faults import Faults, FaultState
 from gateway.sim.frontend import Frontend, FrontendOptions, error_response
 from gateway.sim.wire import CompletionRequest
@@ -145,7 +146,7 @@ def create_provider_app(
         faults.update({}, now_s=clock())  # slowdown_at_s counts from the server start
         yield
 
-    app = Starlette(routes=frontend.routes(), lifespan=lifespan)
+    app = Starlette(routes=[*frontend.routes(), *ApiRoutes(frontend).routes()], lifespan=lifespan)
     app.state.runtime = runtime
     app.state.frontend = frontend
     return app

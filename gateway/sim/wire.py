@@ -114,6 +114,9 @@ class CompletionWriter:
         self.finish_reason = "length" if request.max_tokens_given else "stop"
         self.tokens_sent = 0
 
+    def start(self) -> bytes:
+        return b""  # chat and completions streams open with their first token
+
     def chunk(self, index: int) -> bytes:
         """The SSE event for output token `index` (plus the finish chunk after the last one)."""
         self.tokens_sent += 1

@@ -1,0 +1,150 @@
+"""The Anthropic Messages wire format as the simulated servers speak it: message_start (usage
+with the prompt's input tokens), a `ping`, one text block (content_block_start, a text_delta per
+token, content_block_stop), message_delta (stop_reason, the cumulative output tokens) and
+message_stop; the whole-answer body; `count_tokens`; and Anthropic's error shape, into which
+the frontend's OpenAI-shaped refusals are turned (`anthropic_error`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from starlette.responses import JSONResponse, Response
+
+from gateway.sim.wire import CompletionRequest, InvalidBody, token_text
+from gateway.sim.wire_text import event_frame, text_tokens
+
+# Anthropic's error type per status (anthropic-sdk-python types/shared/error_type.py).
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """chars/4 of the system prompt and the messages' text, plus 4 per message."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidBody("messages: at least one message is required")
+    texts = [_text(body.get("system"))] + [
+        _text(m.get("content")) if isinstance(m, dict) else "" for m in messages
+    ]
+    return max(1, text_tokens(texts) + 4 * len(messages))
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
+    return ""
+
+
+def parse_message_request(body: Any) -> tuple[CompletionRequest, MessagesWriter]:
+    if not isinstance(body, dict):
+        raise InvalidBody("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidBody("model: Field required")
+    max_tokens = body.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InvalidBody("max_tokens: a positive integer is required")
+    request = CompletionRequest(
+        kind="chat",
+        model=model,
+        stream=bool(body.get("stream", False)),
+        include_usage=True,
+        prompt_tokens=prompt_tokens(body),
+        max_tokens=max_tokens,
+        max_tokens_given=True,
+    )
+    return request, MessagesWriter(request)
+
+
+class MessagesWriter:
+    """The events and the body of one message."""
+
+    def __init__(self, request: CompletionRequest) -> None:
+        self.request = request
+        self.id = "msg_" + request.request_id
+        self.tokens_sent = 0
+        self.created_s = time.time()
+
+    def start(self) -> bytes:
+        message = self._envelope() | {"content": [], "stop_reason": None}
+        message["usage"] = self.usage() | {"output_tokens": 0}
+        opening = event_frame("message_start", {"type": "message_start", "message": message})
+        return opening + event_frame("ping", {"type": "ping"})
+
+    def chunk(self, index: int) -> bytes:
+        opening = b""
+        if index == 0:
+            block = {"type": "text", "text": ""}
+            opening = event_frame(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": block},
+            )
+        self.tokens_sent += 1
+        delta = {"type": "text_delta", "text": token_text(index)}
+        payload = {"type": "content_block_delta", "index": 0, "delta": delta}
+        return opening + event_frame("content_block_delta", payload)
+
+    def end(self) -> bytes:
+        stop = event_frame("content_block_stop", {"type": "content_block_stop", "index": 0})
+        delta = {"stop_reason": self.stop_reason(), "stop_sequence": None}
+        usage = {"output_tokens": self.tokens_sent}
+        stop += event_frame(
+            "message_delta", {"type": "message_delta", "delta": delta, "usage": usage}
+        )
+        return stop + event_frame("message_stop", {"type": "message_stop"})
+
+    def body(self) -> dict[str, Any]:
+        text = "".join(token_text(i) for i in range(self.tokens_sent))
+        return self._envelope() | {
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": self.stop_reason(),
+            "usage": self.usage(),
+        }
+
+    def stop_reason(self) -> str:
+        return "max_tokens" if self.tokens_sent >= self.request.max_tokens else "end_turn"
+
+    def usage(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.request.prompt_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": self.tokens_sent,
+        }
+
+    def _envelope(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.request.model,
+            "stop_sequence": None,
+        }
+
+
+def anthropic_error(response: Response) -> Response:
+    """An OpenAI-shaped refusal of the frontend, in Anthropic's shape (other answers as they
+    are). The status picks the type, as Anthropic's status map has it."""
+    status = response.status_code
+    if status < 400 or not isinstance(response, JSONResponse):
+        return response
+    try:
+        message = json.loads(bytes(response.body))["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = "simulated failure"
+    error = {"type": ERROR_TYPES.get(status, "api_error"), "message": str(message)}
+    headers = {k: v for k, v in response.headers.items() if k.startswith(("retry-after", "x-"))}
+    return JSONResponse({"type": "error", "error": error}, status, headers=headers)
