@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -14,6 +15,7 @@ from gateway.server.router import Router
 from gateway.server.runtime import Runtime
 from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import UpstreamCall
+from gateway.upstream.messages_events import MESSAGES
 from policies.base import RouteRequest
 from tests.fixtures.gateway import PUBLIC_MODEL, chat_body, config, endpoint
 from tests.fixtures.upstream_fakes import Answer, Client, Cut, FakeUpstream, sse
@@ -130,3 +132,74 @@ async def test_an_attempt_that_raises_drops_its_lease(runtime: Runtime) -> None:
     with pytest.raises(Cut):
         await router.handle(route, call, record, client.receive, client.send)
     assert in_flight(runtime) == 0
+
+
+def messages_call(runtime: Runtime) -> tuple[RouteRequest, UpstreamCall, RequestRecord]:
+    slo = runtime.keyring.slo(runtime.keyring.caller("Bearer sk-test-tenant-acme"), None)
+    route = RouteRequest("r2", PUBLIC_MODEL, "acme", slo, prompt_tokens=5, stream=True)
+    body = {"model": PUBLIC_MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]}
+    call = UpstreamCall("r2", "/messages", body, PUBLIC_MODEL, True, MESSAGES, "messages")
+    return route, call, RequestRecord("r2", "POST", "/v1/messages", time.perf_counter())
+
+
+def named(name: str, payload: dict[str, object]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode()
+
+
+START = named("message_start", {"type": "message_start", "message": {"model": "up", "usage": {}}})
+PING = named("ping", {"type": "ping"})
+TEXT = named(
+    "content_block_delta",
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}},
+)
+STOP = named("message_stop", {"type": "message_stop"})
+OVERLOADED = named(
+    "error", {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+)
+
+
+async def test_an_error_event_before_the_first_token_fails_over_and_nothing_leaks(
+    runtime: Runtime,
+) -> None:
+    def handler(ep: EndpointConfig, call: UpstreamCall) -> Answer:
+        if len(fake.calls) == 1:
+            return Answer([START, PING + OVERLOADED], headers={})
+        return Answer([START, PING, TEXT, STOP], headers={})
+
+    router, fake = router_over(runtime, handler)
+    route, call, record = messages_call(runtime)
+    client = Client()
+    await router.handle(route, call, record, client.receive, client.send)
+    assert client.status == 200 and client.header("x-slo-gateway-attempts") == "2"
+    assert b"overloaded" not in client.body  # the failed attempt's held-back events never left
+    assert client.body.count(b"message_start") == 2  # event line and type, once
+    assert b'"model": "llama-3-8b"' in client.body or b'"model":"llama-3-8b"' in client.body
+    assert record.result is not None and record.result.outcome == "ok"
+
+
+async def test_a_stream_that_dies_before_its_first_token_fails_over(runtime: Runtime) -> None:
+    def handler(ep: EndpointConfig, call: UpstreamCall) -> Answer:
+        if len(fake.calls) == 1:
+            return Answer([START, OSError("reset")], headers={})
+        return Answer([START + TEXT + STOP], headers={})
+
+    router, fake = router_over(runtime, handler)
+    route, call, record = messages_call(runtime)
+    client = Client()
+    await router.handle(route, call, record, client.receive, client.send)
+    assert client.header("x-slo-gateway-attempts") == "2" and client.body.endswith(STOP)
+    assert fake.released == [fake.calls[0][0], fake.calls[1][0]] and in_flight(runtime) == 0
+
+
+async def test_after_the_first_token_a_cut_ends_with_the_grammars_error(runtime: Runtime) -> None:
+    router, _ = router_over(
+        runtime, lambda ep, call: Answer([START, TEXT, b"event: con", OSError("reset")])
+    )
+    route, call, record = messages_call(runtime)
+    client = Client()
+    await router.handle(route, call, record, client.receive, client.send)
+    assert client.body.endswith(
+        b'"type":"api_error","message":"The upstream failed mid-stream."}}\n\n'
+    )
+    assert client.body.count(b"event: con") == 1  # the partial event never reached the client
+    assert record.result is not None and record.result.outcome == "upstream_error"

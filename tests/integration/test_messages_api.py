@@ -1,0 +1,176 @@
+"""The Anthropic Messages API through the gateway, driven by the official anthropic SDK, over
+simulated engines and providers (which speak Anthropic's events and errors)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from tests.fixtures.gateway import (
+    PROVIDER_KEY,
+    PUBLIC_MODEL,
+    TENANT_KEY,
+    config,
+    endpoint,
+    engine,
+    fleet_member,
+    running_gateway,
+)
+from tests.fixtures.servers import UvicornThread
+
+pytestmark = pytest.mark.integration
+HI = [{"role": "user", "content": "Hi"}]
+
+
+@pytest.fixture(scope="module")
+def gateway_url() -> Iterator[str]:
+    with (
+        fleet_member(engine()) as url,
+        running_gateway(config([endpoint("e1", url)])) as gateway,
+    ):
+        yield gateway.base_url
+
+
+def sdk(gateway_url: str, auth: str) -> anthropic.Anthropic:
+    credential = {"api_key": TENANT_KEY} if auth == "api_key" else {"auth_token": TENANT_KEY}
+    return anthropic.Anthropic(base_url=gateway_url, max_retries=0, **credential)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("auth", ["api_key", "auth_token"])
+def test_create_and_stream_with_either_key_header(gateway_url: str, auth: str) -> None:
+    client = sdk(gateway_url, auth)
+    raw = client.messages.with_raw_response.create(model=PUBLIC_MODEL, max_tokens=5, messages=HI)
+    message = raw.parse()
+    assert message.model == PUBLIC_MODEL and message.stop_reason == "max_tokens"
+    assert message.content[0].text == "The quick brown fox jumps"  # type: ignore[union-attr]
+    assert message.usage.input_tokens >= 1 and message.usage.output_tokens == 5
+    assert raw.headers["request-id"] == raw.headers["x-request-id"]
+    with client.messages.stream(model=PUBLIC_MODEL, max_tokens=4, messages=HI) as stream:
+        text = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == ["The", " quick", " brown", " fox"]
+    assert final.usage.output_tokens == 4 and final.model == PUBLIC_MODEL
+
+
+def test_count_tokens_goes_to_an_endpoint(gateway_url: str) -> None:
+    counted = sdk(gateway_url, "api_key").messages.count_tokens(
+        model=PUBLIC_MODEL, messages=[{"role": "user", "content": "Hello there, friend"}]
+    )
+    assert counted.input_tokens >= 4
+
+
+def test_errors_have_anthropics_shape_and_a_request_id(gateway_url: str) -> None:
+    with pytest.raises(anthropic.AuthenticationError) as denied:
+        anthropic.Anthropic(
+            base_url=gateway_url, api_key="sk-wrong", max_retries=0
+        ).messages.create(model=PUBLIC_MODEL, max_tokens=5, messages=HI)
+    assert denied.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+    assert denied.value.request_id
+    client = sdk(gateway_url, "api_key")
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        client.messages.create(model=PUBLIC_MODEL, max_tokens=0, messages=HI)
+    assert bad.value.body["type"] == "error"  # type: ignore[index]
+    assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.create(model="claude-nope", max_tokens=5, messages=HI)
+
+
+def test_models_in_anthropics_shape_with_paging_fields(gateway_url: str) -> None:
+    client = sdk(gateway_url, "api_key")
+    page = client.models.list()
+    assert [model.id for model in page.data] == [PUBLIC_MODEL]
+    assert client.models.retrieve(PUBLIC_MODEL).display_name == PUBLIC_MODEL
+    raw = httpx.get(
+        gateway_url + "/v1/models",
+        headers={"x-api-key": TENANT_KEY, "anthropic-version": "2023-06-01"},
+    ).json()
+    assert raw["has_more"] is False and raw["first_id"] == raw["last_id"] == PUBLIC_MODEL
+
+
+def test_a_529_before_the_first_token_fails_over() -> None:
+    with (
+        fleet_member(engine(faults={"status_code": 529})) as overloaded,
+        fleet_member(engine()) as healthy,
+    ):
+        data = config([endpoint("overloaded", overloaded), endpoint("healthy", healthy)])
+        with running_gateway(data) as gateway:
+            client = sdk(gateway.base_url, "api_key")
+            attempts = []
+            for _ in range(2):  # round robin: one of them starts at the overloaded endpoint
+                raw = client.messages.with_raw_response.create(
+                    model=PUBLIC_MODEL, max_tokens=3, messages=HI
+                )
+                assert raw.headers["x-slo-gateway-endpoint"] == "healthy"
+                attempts.append(raw.headers["x-slo-gateway-attempts"])
+                with client.messages.stream(model=PUBLIC_MODEL, max_tokens=3, messages=HI) as s:
+                    assert "".join(s.text_stream) == "The quick brown"
+                    attempts.append(s.response.headers["x-slo-gateway-attempts"])
+    assert sorted(attempts) == ["1", "1", "2", "2"]
+
+
+def test_a_mid_stream_error_event_raises() -> None:
+    faults = {"drop_mid_stream": 1.0, "drop_after_tokens": 2}
+    with (
+        fleet_member(engine(faults=faults)) as url,
+        running_gateway(config([endpoint("e", url)])) as gateway,
+    ):
+        received: list[str] = []
+        client = sdk(gateway.base_url, "api_key")
+        with (
+            pytest.raises(anthropic.APIStatusError) as failed,
+            client.messages.stream(model=PUBLIC_MODEL, max_tokens=8, messages=HI) as stream,
+        ):
+            received.extend(stream.text_stream)
+    assert received == ["The", " quick"]
+    assert failed.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+
+
+class Recorder:
+    """An upstream that records what it received on /v1/messages."""
+
+    def __init__(self) -> None:
+        self.headers: list[dict[str, str]] = []
+        self.app = Starlette(routes=[Route("/v1/messages", self.messages, methods=["POST"])])
+
+    async def messages(self, request: Request) -> JSONResponse:
+        self.headers.append(dict(request.headers))
+        body: dict[str, Any] = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-upstream",
+            "content": [{"type": "text", "text": "ok"}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 3, "output_tokens": 1},
+        }
+        return JSONResponse(body)
+
+
+@pytest.mark.parametrize("key_header", ["authorization", "x-api-key"])
+def test_version_and_beta_are_forwarded_and_the_key_replaced(key_header: str) -> None:
+    recorder = Recorder()
+    with UvicornThread(recorder.app) as upstream:
+        entry = endpoint("hosted", upstream.base_url, kind="openai", api_key_header=key_header)
+        entry |= {"apis": ["messages"], "models": {PUBLIC_MODEL: "claude-upstream"}}
+        with running_gateway(config([entry])) as gateway:
+            answer = httpx.post(
+                gateway.base_url + "/v1/messages?beta=true",
+                json={"model": PUBLIC_MODEL, "max_tokens": 5, "messages": HI},
+                headers={"x-api-key": TENANT_KEY, "anthropic-beta": "tools-2024-05-16"},
+            )
+    assert answer.status_code == 200 and answer.json()["model"] == PUBLIC_MODEL
+    sent = recorder.headers[0]
+    assert sent["anthropic-version"] == "2023-06-01"  # the default: the client sent none
+    assert sent["anthropic-beta"] == "tools-2024-05-16"
+    if key_header == "x-api-key":
+        assert sent["x-api-key"] == PROVIDER_KEY and "authorization" not in sent
+    else:
+        assert sent["authorization"] == f"Bearer {PROVIDER_KEY}" and "x-api-key" not in sent
