@@ -118,8 +118,8 @@ def _settled(gateway_url: str, server: VllmServer) -> bool:
     """The gateway's view has followed the idle engine back down, counters included."""
     view = engine_view(gateway_url)
     preemptions = sample_sum(server.metrics(), "vllm:num_preemptions_total")
-    idle = view["running"] == view["waiting"] == view["waiting_for_capacity"] == 0
-    return idle and view["kv_usage"] == 0 and view["preemptions_total"] == preemptions
+    gauges = [view["running"], view["waiting"], view["waiting_for_capacity"], view["kv_usage"]]
+    return gauges == [0, 0, 0, 0] and view["preemptions_total"] == preemptions
 
 
 MISSING = "issue 21.4 / 17: scraper does not map {} yet"
