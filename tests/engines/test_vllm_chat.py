@@ -8,20 +8,18 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.engines.stack import ENDPOINT_ID
+from tests.engines.stack import ENDPOINT_ID, EXACT_LENGTH, sdk_client, stream_chat
 from tests.engines.vllm_server import TEST_TIMEOUT_S, VllmServer
 from tests.engines.workload import prompt, sample_sum
-from tests.fixtures.gateway import PUBLIC_MODEL, TENANT_KEY, eventually
+from tests.fixtures.gateway import PUBLIC_MODEL, eventually
 from tests.fixtures.servers import UvicornThread
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(TEST_TIMEOUT_S)]
-EXACT = {"ignore_eos": True}  # random weights rarely pick EOS; this makes lengths exact
 
 
 @pytest.fixture
 def client(gateway: UvicornThread) -> Iterator[openai.OpenAI]:
-    base_url = gateway.base_url + "/v1"
-    with openai.OpenAI(base_url=base_url, api_key=TENANT_KEY, max_retries=0, timeout=60) as sdk:
+    with sdk_client(gateway) as sdk:
         yield sdk
 
 
@@ -30,7 +28,7 @@ def test_non_stream_chat_returns_vllms_completion(client: openai.OpenAI) -> None
         model=PUBLIC_MODEL,
         messages=[{"role": "user", "content": prompt(40, seed=1)}],
         max_tokens=8,
-        extra_body=EXACT,
+        extra_body=EXACT_LENGTH,
     )
     completion = raw.parse()
     assert raw.headers["x-slo-gateway-endpoint"] == ENDPOINT_ID
@@ -43,14 +41,7 @@ def test_non_stream_chat_returns_vllms_completion(client: openai.OpenAI) -> None
 
 
 def test_stream_chat_relays_vllms_chunks_then_usage(client: openai.OpenAI) -> None:
-    stream = client.chat.completions.create(
-        model=PUBLIC_MODEL,
-        messages=[{"role": "user", "content": prompt(40, seed=2)}],
-        max_tokens=8,
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_body=EXACT,
-    )
+    stream = stream_chat(client, prompt(40, seed=2), 8, stream_options={"include_usage": True})
     chunks = list(stream)
     choices = [chunk.choices[0] for chunk in chunks if chunk.choices]
     assert choices[0].delta.role == "assistant"
@@ -85,13 +76,8 @@ def test_a_client_that_disconnects_mid_stream_aborts_its_engine_request(
     client: openai.OpenAI, vllm: VllmServer
 ) -> None:
     generated_before = generated(vllm)
-    stream = client.chat.completions.create(
-        model=PUBLIC_MODEL,
-        messages=[{"role": "user", "content": prompt(40, seed=4)}],
-        max_tokens=3000,  # 30 s and more of decoding: only an abort ends it within the waits below
-        stream=True,
-        extra_body=EXACT,
-    )
+    # 3,000 tokens are 30 s and more of decoding: only an abort ends it within the waits below.
+    stream = stream_chat(client, prompt(40, seed=4), 3000)
     for _, _chunk in zip(range(5), stream, strict=False):
         pass
     was_running = eventually(lambda: running(vllm) == 1, 5)

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import openai
 import pytest
 
-from tests.engines.stack import gateway_over
+from tests.engines.stack import gateway_over, sdk_client, stream_chat
 from tests.engines.vllm_server import TEST_TIMEOUT_S, VllmServer
 from tests.engines.workload import prompt, sample_sum
-from tests.fixtures.gateway import PUBLIC_MODEL, TENANT_KEY, config, eventually
+from tests.fixtures.gateway import config, eventually
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(TEST_TIMEOUT_S)]
 BATCH_REQUESTS = 14
@@ -39,14 +39,7 @@ def send(client: openai.OpenAI, slo_class: str, content: str, max_tokens: int) -
     """One streamed chat of `slo_class`; a refusal is an outcome, not an error."""
     started = time.perf_counter()
     try:
-        stream = client.chat.completions.create(
-            model=PUBLIC_MODEL,
-            messages=[{"role": "user", "content": content}],
-            max_tokens=max_tokens,
-            stream=True,
-            extra_body={"ignore_eos": True},
-            extra_headers={"x-slo-class": slo_class},
-        )
+        stream = stream_chat(client, content, max_tokens, extra_headers={"x-slo-class": slo_class})
     except openai.APIStatusError as error:
         return Outcome(
             error.status_code, error.response.headers.get("x-slo-gateway-reason", ""), None
@@ -61,9 +54,7 @@ def send(client: openai.OpenAI, slo_class: str, content: str, max_tokens: int) -
 def test_on_a_full_kv_cache_batch_is_shed_and_interactive_is_served(vllm: VllmServer) -> None:
     with (
         gateway_over(vllm, policy={"name": "least_loaded"}) as gateway,
-        openai.OpenAI(
-            base_url=gateway.base_url + "/v1", api_key=TENANT_KEY, max_retries=0, timeout=120
-        ) as client,
+        sdk_client(gateway) as client,
         concurrent.futures.ThreadPoolExecutor(BATCH_REQUESTS) as pool,
     ):
         batch = []

@@ -9,11 +9,18 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionChunk
 
-from tests.engines.stack import KV_CACHE_TOKENS, engine_view
+from tests.engines.stack import (
+    EXACT_LENGTH,
+    KV_CACHE_TOKENS,
+    engine_view,
+    sdk_client,
+    stream_chat,
+)
 from tests.engines.vllm_server import SERVED_NAME, TEST_TIMEOUT_S, VllmServer
 from tests.engines.workload import info_labels, prompt, sample_sum
-from tests.fixtures.gateway import PUBLIC_MODEL, TENANT_KEY, eventually
+from tests.fixtures.gateway import eventually
 from tests.fixtures.servers import UvicornThread
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(TEST_TIMEOUT_S)]
@@ -23,14 +30,7 @@ FLOOD_REQUESTS = 20  # ServeParams' max_num_seqs is 16
 STALE_AFTER_S = 2.0  # the scraper's default: older signals read as unknown
 
 
-def stream_chat(client: openai.OpenAI, content: str, max_tokens: int) -> None:
-    stream = client.chat.completions.create(
-        model=PUBLIC_MODEL,
-        messages=[{"role": "user", "content": content}],
-        max_tokens=max_tokens,
-        stream=True,
-        extra_body={"ignore_eos": True},
-    )
+def read_through(stream: openai.Stream[ChatCompletionChunk]) -> None:
     for _chunk in stream:
         pass
 
@@ -60,13 +60,12 @@ def test_gateway_ttft_agrees_with_vllms_histogram(gateway: UvicornThread, vllm: 
         return httpx.get(gateway.base_url + "/metrics").text
 
     engine_name, gateway_name = "vllm:time_to_first_token_seconds", "slo_gateway_ttft_seconds"
-    base_url = gateway.base_url + "/v1"
-    with openai.OpenAI(base_url=base_url, api_key=TENANT_KEY, max_retries=0, timeout=60) as sdk:
-        stream_chat(sdk, prompt(TTFT_PROMPT_TOKENS, seed=100), 2)  # warm-up, not measured
+    with sdk_client(gateway) as sdk:
+        read_through(stream_chat(sdk, prompt(TTFT_PROMPT_TOKENS, seed=100), 2))  # warm-up
         engine_before = histogram(vllm.metrics(), engine_name)
         gateway_before = histogram(gateway_page(), gateway_name)
         for seed in range(101, 101 + TTFT_REQUESTS):  # one at a time: no queueing noise
-            stream_chat(sdk, prompt(TTFT_PROMPT_TOKENS, seed), 4)
+            read_through(stream_chat(sdk, prompt(TTFT_PROMPT_TOKENS, seed), 4))
     engine_sum, engine_count = histogram_delta(
         vllm.metrics, engine_name, engine_before, TTFT_REQUESTS
     )
@@ -85,8 +84,7 @@ def direct_chat(server: VllmServer, content: str, max_tokens: int) -> int:
         "model": SERVED_NAME,
         "messages": [{"role": "user", "content": content}],
         "max_tokens": max_tokens,
-        "ignore_eos": True,
-    }
+    } | EXACT_LENGTH
     url = server.base_url + "/v1/chat/completions"
     return httpx.post(url, json=body, timeout=120).status_code
 
