@@ -13,8 +13,8 @@ import typer
 
 from gateway.bench import sweep_charts as charts
 from gateway.bench.capacity_command import kv_capacity
-from gateway.bench.client import Api, Target, endpoint_url, make_client
 from gateway.bench.sweep import LevelRun, Progress, SweepPlan, flatten, run_sweep
+from gateway.bench.sweep_client import Api, Target, endpoint_url, make_client
 from gateway.bench.sweep_report import (
     Slo,
     render_errors,

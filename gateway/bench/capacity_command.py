@@ -82,10 +82,10 @@ def kv_capacity(
     except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc)) from None
     fit = None if concurrency is None else kvcap.check_fit(deployment, concurrency, context_tokens)
-    _print(capacity_view.Plan(source, deployment, context_tokens, fit, note), json_output)
+    _print(capacity_view.CapacityPlan(source, deployment, context_tokens, fit, note), json_output)
 
 
-def _print(plan: capacity_view.Plan, json_output: bool) -> None:
+def _print(plan: capacity_view.CapacityPlan, json_output: bool) -> None:
     if json_output:
         typer.echo(json.dumps(capacity_view.as_dict(plan), indent=2))
     else:

@@ -90,7 +90,7 @@ def resolve_weights(
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class CapacityPlan:
     source: ModelSource
     deployment: Deployment
     context_tokens: int
@@ -98,7 +98,7 @@ class Plan:
     weights_note: str
 
 
-def as_dict(plan: Plan) -> dict[str, Any]:
+def as_dict(plan: CapacityPlan) -> dict[str, Any]:
     source, d, context_tokens, fit = plan.source, plan.deployment, plan.context_tokens, plan.fit
     return {
         "model": source.name,
@@ -133,7 +133,7 @@ def _fit_dict(fit: Fit) -> dict[str, Any]:
     }
 
 
-def render(plan: Plan) -> str:
+def render(plan: CapacityPlan) -> str:
     source, d, context_tokens, fit = plan.source, plan.deployment, plan.context_tokens, plan.fit
     shape = source.shape
     kib = d.kv_bytes_per_token / 1024

@@ -19,7 +19,7 @@ from typing import TextIO
 
 import httpx
 
-from gateway.bench.client import Clock, Measurement, Target, make_prompt, measure
+from gateway.bench.sweep_client import Clock, Measurement, Target, make_prompt, measure
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -26,7 +26,7 @@ METRICS = ("TTFT", "TPOT")
 
 
 @dataclass(frozen=True, slots=True)
-class Series:
+class ChartSeries:
     panel: str  # "TTFT" or "TPOT"
     label: str
     prompt_tokens: int
@@ -50,10 +50,10 @@ def _by_prompt(summaries: Sequence[LevelSummary]) -> dict[int, list[LevelSummary
 Point = tuple[LevelSummary, float, float | None]  # level, x, y in seconds (None: no value)
 
 
-def _series(panel: str, label: str, points: Sequence[Point], dashed: bool = False) -> Series:
+def _series(panel: str, label: str, points: Sequence[Point], dashed: bool = False) -> ChartSeries:
     """Points with a value, y in ms; a level without one is left out."""
     kept = [(s, x, y) for s, x, y in points if y is not None]
-    return Series(
+    return ChartSeries(
         panel=panel,
         label=label,
         prompt_tokens=points[0][0].prompt_tokens,
@@ -64,7 +64,7 @@ def _series(panel: str, label: str, points: Sequence[Point], dashed: bool = Fals
     )
 
 
-def latency_series(summaries: Sequence[LevelSummary]) -> list[Series]:
+def latency_series(summaries: Sequence[LevelSummary]) -> list[ChartSeries]:
     """p50 and p95 of TTFT and TPOT against concurrency, per prompt length."""
     series = []
     for metric in METRICS:
@@ -76,7 +76,7 @@ def latency_series(summaries: Sequence[LevelSummary]) -> list[Series]:
     return series
 
 
-def throughput_series(summaries: Sequence[LevelSummary]) -> list[Series]:
+def throughput_series(summaries: Sequence[LevelSummary]) -> list[ChartSeries]:
     """p95 TTFT and TPOT against aggregate output tokens/s, per prompt length."""
     series = []
     for metric in METRICS:
@@ -146,7 +146,7 @@ def _colours(summaries: Sequence[LevelSummary]) -> dict[int, str]:
     return {p: palette[i % len(palette)] for i, p in enumerate(prompts)}
 
 
-def _mark_over_slo(ax: Axes, s: Series, target_ms: float | None) -> None:
+def _mark_over_slo(ax: Axes, s: ChartSeries, target_ms: float | None) -> None:
     if target_ms is None:
         return
     over = [(x, y) for x, y in zip(s.x, s.y_ms, strict=True) if y > target_ms]
@@ -156,7 +156,7 @@ def _mark_over_slo(ax: Axes, s: Series, target_ms: float | None) -> None:
 
 
 def _finish(
-    ax: Axes, series: Sequence[Series], metric: str, target_ms: float | None, xlabel: str
+    ax: Axes, series: Sequence[ChartSeries], metric: str, target_ms: float | None, xlabel: str
 ) -> None:
     if target_ms is not None:
         label = f"{metric} SLO {target_ms:g} ms"

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.bench.client import Measurement
 from gateway.bench.percentile import percentile
 from gateway.bench.sweep import LevelRun, SweepSample
+from gateway.bench.sweep_client import Measurement
 
 MAX_FAILED_FRACTION = 0.05
 _SLO_ITEM = re.compile(r"^(ttft|tpot)=(\d+(?:\.\d+)?)(ms|s)$")

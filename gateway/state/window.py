@@ -46,7 +46,7 @@ _Name = TypeVar("_Name", str, bytes)
 
 
 @dataclass(frozen=True, slots=True)
-class Histogram:
+class LogBuckets:
     """Log-spaced bounds `lo * ratio**i`, i < size; index `size` is the overflow bucket."""
 
     field: str
@@ -83,8 +83,8 @@ class Histogram:
         return upper * math.pow(HISTOGRAM_RATIO, fraction - 1.0)  # geometric within the bucket
 
 
-TTFT_HISTOGRAM = Histogram("ht", lo_s=0.001, size=72)  # 1 ms .. ~250 s
-TPOT_HISTOGRAM = Histogram("hp", lo_s=0.00025, size=64)  # 0.25 ms .. ~16 s
+TTFT_HISTOGRAM = LogBuckets("ht", lo_s=0.001, size=72)  # 1 ms .. ~250 s
+TPOT_HISTOGRAM = LogBuckets("hp", lo_s=0.00025, size=64)  # 0.25 ms .. ~16 s
 
 
 def bucket_index(at_s: float, bucket_s: float) -> int:
@@ -208,7 +208,7 @@ _HISTOGRAM_FIELDS = {
 
 
 def _histograms(w: Mapping[str, float]) -> dict[str, dict[int, float]]:
-    """Histogram fields ("ht:12") grouped by histogram: {"ht": {12: count}, ...}."""
+    """LogBuckets fields ("ht:12") grouped by histogram: {"ht": {12: count}, ...}."""
     found: dict[str, dict[int, float]] = {TTFT_HISTOGRAM.field: {}, TPOT_HISTOGRAM.field: {}}
     fields = _HISTOGRAM_FIELDS
     for name, value in w.items():

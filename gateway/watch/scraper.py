@@ -35,7 +35,7 @@ _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True, slots=True)
-class Series:
+class ScrapedSeries:
     name: str  # without `_total`
     labels: tuple[tuple[str, str], ...] = ()  # labels a sample must carry
 
@@ -47,15 +47,15 @@ class Series:
         ]
 
 
-def series(name: str, **labels: str) -> Series:
-    return Series(name, tuple(sorted(labels.items())))
+def series(name: str, **labels: str) -> ScrapedSeries:
+    return ScrapedSeries(name, tuple(sorted(labels.items())))
 
 
 @dataclass(frozen=True, slots=True)
 class Signal:
     """A routing signal: the first of `sources` present wins; its series are combined."""
 
-    sources: tuple[Series, ...] = ()
+    sources: tuple[ScrapedSeries, ...] = ()
     combine: Literal["sum", "mean", "max"] = "sum"
 
     def read(self, found: _Found) -> float | None:
@@ -104,7 +104,7 @@ def _label_product(labels: Mapping[str, str], keys: Sequence[str]) -> float | No
 
 
 @dataclass(frozen=True, slots=True)
-class EngineMetrics:
+class ScrapedEngine:
     engine: str
     waiting: Signal
     running: Signal
@@ -125,8 +125,8 @@ class EngineMetrics:
         return names.union(*(rule.names() for rule in self.kv_capacity))
 
 
-ENGINES: tuple[EngineMetrics, ...] = (
-    EngineMetrics(
+ENGINES: tuple[ScrapedEngine, ...] = (
+    ScrapedEngine(
         engine="vllm",
         waiting=Signal((series("vllm:num_requests_waiting"),)),
         running=Signal((series("vllm:num_requests_running"),)),
@@ -146,14 +146,14 @@ ENGINES: tuple[EngineMetrics, ...] = (
             LabelProduct("vllm:cache_config_info", ("kv_cache_size_tokens",)),  # 0.32+
         ),
     ),
-    EngineMetrics(
+    ScrapedEngine(
         engine="sglang",
         waiting=Signal((series("sglang:num_queue_reqs"),)),
         running=Signal((series("sglang:num_running_reqs"),)),
         kv_usage=Signal((series("sglang:token_usage"),), combine="mean"),
         kv_capacity=(LabelProduct("sglang:cache_config_info", ("page_size", "num_pages")),),
     ),
-    EngineMetrics(
+    ScrapedEngine(
         engine="trtllm",  # trtllm-serve
         waiting=Signal((series("trtllm_num_requests_waiting"),)),
         running=Signal((series("trtllm_num_requests_running"),)),
@@ -167,7 +167,7 @@ ENGINES: tuple[EngineMetrics, ...] = (
             ),
         ),
     ),
-    EngineMetrics(
+    ScrapedEngine(
         engine="triton-trtllm",
         waiting=Signal((series("nv_trt_llm_request_metrics", request_type="waiting"),)),
         running=Signal((series("nv_trt_llm_request_metrics", request_type="scheduled"),)),
@@ -194,7 +194,7 @@ ENGINES: tuple[EngineMetrics, ...] = (
             ),
         ),
     ),
-    EngineMetrics(
+    ScrapedEngine(
         engine="tgi",  # no KV gauge and no KV capacity: route TGI on its queue
         waiting=Signal((series("tgi_queue_size"),)),
         running=Signal((series("tgi_batch_current_size"),)),
@@ -259,7 +259,7 @@ def parse_metrics(text: str, engine: str = "auto") -> ScrapedState:
     )
 
 
-def _detect(found: _Found) -> EngineMetrics | None:
+def _detect(found: _Found) -> ScrapedEngine | None:
     for row in ENGINES:
         if row.waiting.read(found) is not None or row.running.read(found) is not None:
             return row

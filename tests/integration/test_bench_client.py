@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.bench.client import Target, endpoint_url, make_client, measure
 from gateway.bench.sweep import Level, SweepPlan, run_level
+from gateway.bench.sweep_client import Target, endpoint_url, make_client, measure
 from gateway.bench.sweep_report import summarize
 from tests.fixtures.servers import serve_app
 

@@ -18,8 +18,8 @@ import typer
 from typer.testing import CliRunner
 
 from gateway.bench.bench_command import register
-from gateway.bench.client import Target, endpoint_url, make_client, make_prompt, measure
 from gateway.bench.sweep import SweepPlan, run_sweep
+from gateway.bench.sweep_client import Target, endpoint_url, make_client, make_prompt, measure
 from gateway.bench.sweep_report import LevelSummary, summarize
 from gateway.sim.engine import EngineServerParams, create_engine_app
 from gateway.sim.faults import Faults

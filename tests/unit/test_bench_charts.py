@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from gateway.bench.bench_command import publish
-from gateway.bench.client import Measurement
 from gateway.bench.sweep import Level, LevelRun, SweepSample
 from gateway.bench.sweep_charts import (
     draw_latency_chart,
@@ -16,6 +15,7 @@ from gateway.bench.sweep_charts import (
     latency_series,
     throughput_series,
 )
+from gateway.bench.sweep_client import Measurement
 from gateway.bench.sweep_report import LevelSummary, Slo, summarize
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.bench.client import (
+from gateway.bench.sweep_client import (
     CHARS_PER_TOKEN,
     Api,
     StreamTimer,

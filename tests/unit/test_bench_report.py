@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench.client import Measurement
 from gateway.bench.sweep import Level, LevelRun, SweepSample
+from gateway.bench.sweep_client import Measurement
 from gateway.bench.sweep_report import (
     REQUEST_FIELDS,
     Slo,

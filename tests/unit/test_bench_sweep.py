@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from gateway.bench.client import Measurement
-from gateway.bench.sweep import Level, LevelRun, Progress, SweepSample, SweepPlan
+from gateway.bench.sweep import Level, LevelRun, Progress, SweepPlan, SweepSample
+from gateway.bench.sweep_client import Measurement
 
 
 def test_levels_go_through_concurrency_for_each_prompt_length() -> None:
