@@ -124,6 +124,9 @@ class Ranking:
     at_risk: bool = False
     reason: str = ""
     predicted_ttft_p95_s: float | None = None  # the quantile judged against the class SLO
+    binding: str = ""  # the class target closest to being missed: ttft, tpot or deadline
+    binding_p95_s: float | None = None  # the first endpoint's p95 judged against it
+    binding_target_s: float | None = None  # that target
 
 
 class RoutingPolicy(Protocol):

@@ -22,8 +22,11 @@ Method
    Remaining ties break at random. All candidates are returned: the ranking is the failover
    order.
 4. The ranking reports the first endpoint's predicted mean and p95 TTFT (`predicted_ttft_s`,
-   `predicted_ttft_p95_s`), `at_risk` when it is not predicted to meet the SLO, and a reason:
-   `slo_met`, `slo_at_risk` (no candidate is predicted to meet it) or `explore`.
+   `predicted_ttft_p95_s`), the target that binds it (the one with the largest p95/target
+   ratio, with that p95 and target), `at_risk` when it is not predicted to meet the SLO at its
+   cautious p95, and a reason: `slo_met`, `cold` (none is predicted to meet it at its cautious
+   p95, and the first goes unproven: too little measured to judge), `slo_at_risk` (none is
+   predicted to meet it even at its optimistic p95) or `explore`.
 5. Exploration: with probability `explore_fraction`, a cold endpoint (fewer observations than
    the estimate's `min_samples`), drawn uniformly, goes first, so endpoints whose priors look
    slow still get measured. Randomness comes only from the injected rng.
@@ -63,6 +66,20 @@ def headroom(slo: SloTarget, prediction: Prediction) -> float:
     return room
 
 
+def binding(slo: SloTarget, prediction: Prediction) -> tuple[str, float | None, float | None]:
+    """The target with the largest p95/target ratio: (name, that p95, the target)."""
+    judged = (
+        ("ttft", prediction.ttft_p95_s, slo.ttft_s),
+        ("tpot", prediction.tpot_p95_s, slo.tpot_s),
+        ("deadline", prediction.e2e_p95_s, slo.deadline_s),
+    )
+    ratios = [(p95 / target, name, p95, target) for name, p95, target in judged if target]
+    if not ratios:
+        return "", None, None
+    _, name, p95, target = max(ratios)
+    return name, p95, target
+
+
 class SloAware:
     name: ClassVar[str] = "slo_aware"
 
@@ -83,7 +100,7 @@ class SloAware:
         for keys in tiers:
             keys.sort()
         order = [key[-1] for keys in tiers for key in keys]
-        reason = "slo_met" if tiers[0] else "slo_at_risk"
+        reason = "slo_met" if tiers[0] else "cold" if tiers[1] else "slo_at_risk"
         if self._explores(rows, order, rng):
             cold = [i for i in order if rows[i][COLD]]
             pick = cold[rng.randrange(len(cold))]
@@ -97,6 +114,7 @@ class SloAware:
             headroom(slo, first) < 0,  # at_risk
             reason,
             first.ttft_p95_s,
+            *binding(slo, first),
         )
 
     def _explores(

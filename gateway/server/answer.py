@@ -13,7 +13,8 @@ STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 def explain(
     endpoint_id: str, attempts: int, ranking: Ranking, request: RouteRequest
 ) -> dict[str, str]:
-    """The response headers that say which endpoint answered and why."""
+    """The response headers that say which endpoint answered and why: its decision (the
+    policy's reason), and for SLO-aware routing the predictions it judged."""
     headers = {
         "x-slo-gateway-endpoint": endpoint_id,
         "x-slo-gateway-class": request.slo.name,
@@ -24,7 +25,18 @@ def explain(
     if ranking.predicted_ttft_s is not None:
         headers["x-slo-gateway-predicted-ttft-ms"] = f"{ranking.predicted_ttft_s * 1e3:.0f}"
         headers["x-slo-gateway-at-risk"] = "true" if ranking.at_risk else "false"
+    if ranking.predicted_ttft_p95_s is not None:
+        headers["x-slo-gateway-predicted-ttft-p95-ms"] = _ms(ranking.predicted_ttft_p95_s)
+    if ranking.binding and ranking.binding_p95_s is not None and ranking.binding_target_s:
+        # which of the class's targets binds, the p95 judged against it, and the target
+        headers["x-slo-gateway-binding-target"] = ranking.binding
+        headers["x-slo-gateway-judged-p95-ms"] = _ms(ranking.binding_p95_s)
+        headers["x-slo-gateway-target-ms"] = _ms(ranking.binding_target_s)
     return headers
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.0f}"
 
 
 async def send_whole(send: Send, status: int, headers: dict[str, str], body: bytes) -> None:

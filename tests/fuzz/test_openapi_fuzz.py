@@ -1,9 +1,11 @@
 """Schemathesis against the gateway's own OpenAPI schema (gateway/server/openapi.py).
 
 Positive cases (bodies the schema allows, half of them naming the served model so they reach the
-engine) and negative cases (bodies it forbids) on every OpenAI route. Zero 5xx: the engine behind
-the gateway is healthy and fast, so any 5xx is the gateway's own. Every error must match the
-schema's documented statuses and OpenAI's error shape; every forbidden body must be refused.
+engine) and negative cases (bodies it forbids) on every API route: OpenAI chat, completions,
+embeddings and Responses, Anthropic Messages and count_tokens, the models and a stored response.
+Zero 5xx: the engine behind the gateway is healthy and fast, so any 5xx is the gateway's own.
+Every error must match the schema's documented statuses and its API's error shape (Anthropic's
+on the Anthropic routes, OpenAI's elsewhere); every forbidden body must be refused.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tests.fixtures.gateway import (
     fleet_member,
     running_gateway,
 )
+from tests.fuzz.anthropic_errors import anthropic_error
 from tests.fuzz.openai_errors import openai_error
 
 pytestmark = pytest.mark.integration
@@ -42,9 +45,14 @@ OPERATIONS = [
     ("/v1/chat/completions", "POST"),
     ("/v1/completions", "POST"),
     ("/v1/embeddings", "POST"),
+    ("/v1/responses", "POST"),
+    ("/v1/messages", "POST"),
+    ("/v1/messages/count_tokens", "POST"),
     ("/v1/models", "GET"),
+    ("/v1/models/{model_id}", "GET"),
+    ("/v1/responses/{response_id}", "GET"),
 ]
-# GET /v1/models takes no input, so it has no negative case.
+# The GET routes take no body, so they have no negative case.
 CASES = [
     (path, method, mode)
     for path, method in OPERATIONS
@@ -100,7 +108,8 @@ def test_openai_routes_hold_their_schema_under_fuzzing(
         response = case.call(base_url=gateway, headers=AUTH, timeout=10)
         case.validate_response(response, checks=CHECKS, headers=AUTH)
         if response.status_code >= 400:
-            problem = openai_error(
+            shape = anthropic_error if path.startswith("/v1/messages") else openai_error
+            problem = shape(
                 response.status_code, response.headers.get("content-type", [""])[0], _json(response)
             )
             assert problem is None, problem

@@ -205,7 +205,9 @@ def test_first_choice(case: Case) -> None:
     ranking = SloAware(NO_EXPLORE).rank(request, case.candidates, random.Random(0))
     assert ranking.endpoints[0].endpoint_id == case.first
     assert ranking.at_risk is case.at_risk
-    assert ranking.reason == ("slo_at_risk" if case.at_risk else "slo_met")
+    cold = ranking.endpoints[0].latency.samples < NO_EXPLORE.estimate.min_samples
+    expected = "slo_met" if not case.at_risk else "cold" if cold else "slo_at_risk"
+    assert ranking.reason == expected
 
 
 def test_failover_order_puts_every_meeting_endpoint_before_the_misses() -> None:

@@ -16,6 +16,8 @@ from gateway.config.settings import SloClassConfig
 REASONS = {
     "slo_met": "the cheapest endpoint predicted to meet the SLO",
     "slo_at_risk": "no endpoint is predicted to meet the SLO, so the closest goes first",
+    "cold": "no measured endpoint is predicted to meet the SLO; an unproven one shares the load",
+    "owner": "the endpoint that stored the previous response (its only candidate)",
     "explore": "exploring an endpoint with too few observations to trust its estimate",
     "rotation": "next in rotation",
     "least_loaded": "the fewest requests in flight",
