@@ -12,6 +12,7 @@ import pytest
 
 from gateway.sim.engine import create_engine_app
 from tests.fixtures.gateway import (
+    ENGINE_MODEL,
     PROVIDER_MODEL,
     PUBLIC_MODEL,
     TENANT_KEY,
@@ -206,3 +207,20 @@ def test_models_retrieve_answers_the_public_name(two_engines: str) -> None:
     assert client.models.retrieve(PUBLIC_MODEL).id == PUBLIC_MODEL
     with pytest.raises(openai.NotFoundError):
         client.models.retrieve("nope")
+
+
+def test_the_switch_returns_the_upstream_name() -> None:
+    with fleet_member(engine(default_max_tokens=2)) as url:
+        data = config([endpoint("e", url)])
+        data["server"]["response_model"] = "upstream"
+        with running_gateway(data) as gateway:
+            client = sdk(gateway.base_url)
+            response = client.responses.create(model=PUBLIC_MODEL, input="x")
+            events = list(client.responses.create(model=PUBLIC_MODEL, input="x", stream=True))
+            chat = client.chat.completions.with_raw_response.create(
+                model=PUBLIC_MODEL, messages=[{"role": "user", "content": "x"}]
+            )
+    assert response.model == ENGINE_MODEL
+    assert events[0].response.model == ENGINE_MODEL  # type: ignore[union-attr]
+    assert chat.parse().model == ENGINE_MODEL
+    assert chat.headers["x-slo-gateway-upstream-model"] == ENGINE_MODEL
