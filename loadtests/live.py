@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.bench.api_events import Api
 from gateway.offline.records import LoadRecord, read_records, unserved
 from gateway.offline.report import RunFacts, summarize
 from gateway.offline.runs import Run
@@ -37,6 +38,7 @@ class LiveOptions:
     url: str | None = None  # an external gateway: no fleet, no faults
     keys: Mapping[str, str] = field(default_factory=dict)  # tenant -> key, for `url`
     seed: int | None = None
+    api: Api = "chat"  # chat, responses or messages: the API the users speak
 
 
 def run_live(scenario: Scenario, out_dir: Path, options: LiveOptions) -> Run:
@@ -72,6 +74,7 @@ def _plan(
     return Plan(
         scenario=scenario.name,
         model=scenario.model,
+        api=options.api,
         keys=keys,
         calls=planned,
         faults=_faults(scenario, fleet),

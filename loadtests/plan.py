@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.bench.api_events import Api
 from gateway.offline.trace import PlannedRequest
 
 PLAN_ENV = "SLO_LOADTEST_PLAN"
@@ -49,6 +50,7 @@ class TimedFault(_Strict):
 class Plan(_Strict):
     scenario: str
     model: str
+    api: Api = "chat"  # the API every request is sent through
     keys: dict[str, str]  # tenant -> API key
     calls: list[PlannedCall]
     faults: list[TimedFault] = Field(default_factory=list)

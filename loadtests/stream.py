@@ -1,10 +1,13 @@
-"""One streamed chat completion: its request body, and its timing as a client sees it.
+"""One streamed request (chat, or with `api` a Responses or Messages one): its request body,
+and its timing as a client sees it.
 
     t0  request sent        t1  first delta with non-empty content     tN  last such delta
     TTFT = t1 - t0          TPOT = (tN - t1) / (n - 1)                  E2E = end of stream - t0
     n = usage.completion_tokens (the gateway passes usage through), else content deltas counted
 
-Role-only deltas, usage-only chunks and comments do not count as tokens. Lines are read as
+Role-only deltas, usage-only chunks and comments do not count as tokens. Responses and Messages
+events are read as chat chunks (`gateway/bench/api_events.py`): their text deltas, their usage,
+their end event (no `[DONE]`). Lines are read as
 they arrive (`iter_content(chunk_size=None)` on a requests response: no client-side buffering;
 see /work/shared/reference/load-testing.md §3-4 for why Locust's own timing cannot be used).
 """
@@ -19,6 +22,8 @@ from typing import Any
 
 import requests
 
+from gateway.bench.api_events import Api, as_chat
+from gateway.bench.api_events import request_body as api_body
 from loadtests.plan import PlannedCall
 
 Clock = Callable[[], float]
@@ -35,7 +40,9 @@ def prompt_text(tokens: int, index: int) -> str:
     return text[:chars]
 
 
-def request_body(model: str, call: PlannedCall) -> dict[str, Any]:
+def request_body(model: str, call: PlannedCall, api: Api = "chat") -> dict[str, Any]:
+    if api != "chat":
+        return api_body(api, model, prompt_text(call.prompt_tokens, call.index), call.output_tokens)
     return {
         "model": model,
         "messages": [{"role": "user", "content": prompt_text(call.prompt_tokens, call.index)}],
@@ -60,8 +67,10 @@ class StreamResult:
         return self.usage_tokens if self.usage_tokens is not None else self.content_events
 
 
-def read_stream(lines: Iterable[bytes], clock: Clock = time.perf_counter) -> StreamResult:
-    """Consume SSE lines until `[DONE]` (or an error event, or the end of the stream)."""
+def read_stream(
+    lines: Iterable[bytes], clock: Clock = time.perf_counter, api: Api = "chat"
+) -> StreamResult:
+    """Consume SSE lines until the end event (or an error event, or the end of the stream)."""
     first_s = last_s = None
     events = 0
     usage: dict[str, Any] = {}
@@ -69,7 +78,15 @@ def read_stream(lines: Iterable[bytes], clock: Clock = time.perf_counter) -> Str
         if not line.startswith(b"data:"):
             continue
         data = line[5:].strip()
-        if data == _DONE:
+        event, ends = as_chat(api, json.loads(data)) if data != _DONE else ({}, True)
+        if event.get("error"):
+            return StreamResult(first_s, last_s, events, error=_error_code(event["error"]))
+        usage |= {k: v for k, v in (event.get("usage") or {}).items() if v is not None}
+        if _has_content(event):
+            last_s = clock()
+            first_s = first_s if first_s is not None else last_s
+            events += 1
+        if ends:
             return StreamResult(
                 first_s,
                 last_s,
@@ -78,14 +95,6 @@ def read_stream(lines: Iterable[bytes], clock: Clock = time.perf_counter) -> Str
                 _int(usage, "prompt_tokens"),
                 done=True,
             )
-        event = json.loads(data)
-        if event.get("error"):
-            return StreamResult(first_s, last_s, events, error=_error_code(event["error"]))
-        usage = event.get("usage") or usage
-        if _has_content(event):
-            last_s = clock()
-            first_s = first_s if first_s is not None else last_s
-            events += 1
     return StreamResult(
         first_s,
         last_s,
@@ -140,7 +149,9 @@ class Measured:
     tpot_s: float | None = None
 
 
-def measure(response: requests.Response, t0: float, clock: Clock = time.perf_counter) -> Measured:
+def measure(
+    response: requests.Response, t0: float, clock: Clock = time.perf_counter, api: Api = "chat"
+) -> Measured:
     """Read a streamed response to its end; times are from t0 (on `clock`)."""
     header = response.headers.get("x-slo-gateway-reason") or ""
     endpoint = response.headers.get("x-slo-gateway-endpoint") or ""
@@ -150,7 +161,7 @@ def measure(response: requests.Response, t0: float, clock: Clock = time.perf_cou
         return Measured(
             response.status_code, reason, bool(header), endpoint, attempts, clock() - t0
         )
-    result = read_stream(lines(response.iter_content(chunk_size=None)), clock)
+    result = read_stream(lines(response.iter_content(chunk_size=None)), clock, api)
     e2e_s = clock() - t0
     completed = result.done and result.first_s is not None
     ttft_s, tpot_s = _ttft_tpot(result, t0)
@@ -182,5 +193,5 @@ def _body_code(response: requests.Response) -> str:
         body = response.json()
     except ValueError:
         return f"HTTP {response.status_code}"
-    error = body.get("error") if isinstance(body, dict) else None
+    error = body.get("error") if isinstance(body, dict) else None  # OpenAI's and Anthropic's
     return _error_code(error) if error else f"HTTP {response.status_code}"

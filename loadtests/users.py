@@ -21,6 +21,7 @@ import gevent
 import requests
 from locust import HttpUser, LoadTestShape, constant, task
 
+from gateway.bench.api_events import PATHS, api_headers
 from gateway.offline.records import LoadRecord, classify, record_line
 from loadtests.plan import Plan, PlannedCall
 from loadtests.stream import Measured, measure, request_body
@@ -95,21 +96,21 @@ class LlmUser(HttpUser):
 
     def _send(self, call: PlannedCall) -> Measured:
         plan = self.replay.plan
-        headers = {
+        headers = api_headers(plan.api) | {
             "authorization": f"Bearer {plan.keys[call.tenant]}",
             "x-slo-class": call.slo_class,
         }
         t0 = time.perf_counter()
         with self.client.post(
-            "/v1/chat/completions",
-            json=request_body(plan.model, call),
+            "/v1" + PATHS[plan.api],
+            json=request_body(plan.model, call, plan.api),
             headers=headers,
             stream=True,
             catch_response=True,
             name=f"{self.group}:POST",
         ) as response:
             try:
-                measured = measure(response, t0)
+                measured = measure(response, t0, api=plan.api)
             except (requests.RequestException, ValueError) as exc:
                 measured = _broken(
                     response.status_code, type(exc).__name__, time.perf_counter() - t0

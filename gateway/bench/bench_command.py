@@ -12,9 +12,10 @@ from typing import Annotated, Any
 import typer
 
 from gateway.bench import sweep_charts as charts
+from gateway.bench.api_events import APIS, Api, api_headers
 from gateway.bench.capacity_command import kv_capacity
 from gateway.bench.sweep import LevelRun, Progress, SweepPlan, flatten, run_sweep
-from gateway.bench.sweep_client import Api, Target, endpoint_url, make_client
+from gateway.bench.sweep_client import Target, endpoint_url, make_client
 from gateway.bench.sweep_report import (
     Slo,
     render_errors,
@@ -41,6 +42,13 @@ def _int_list(text: str, option: str) -> tuple[int, ...]:
         message = f"expected comma-separated positive integers, got {text!r}"
         raise typer.BadParameter(message, param_hint=option)
     return values
+
+
+def _api(text: str) -> Api:
+    for api in APIS:
+        if text == api:
+            return api
+    raise typer.BadParameter(f"expected one of {', '.join(APIS)}", param_hint="--api")
 
 
 def _slo(text: str | None) -> Slo | None:
@@ -108,7 +116,9 @@ Requests = Annotated[
 ]
 DurationS = Annotated[float | None, typer.Option(min=0.1, help="Run each level this long instead.")]
 OutputTokens = Annotated[int, typer.Option(min=1, help="max_tokens per request.")]
-ApiOpt = Annotated[str, typer.Option("--api", help="chat (/chat/completions) or completions.")]
+ApiOpt = Annotated[
+    str, typer.Option("--api", help="chat (/chat/completions), completions, responses or messages.")
+]
 SloOpt = Annotated[str | None, typer.Option(help="p95 targets, e.g. ttft=500ms,tpot=50ms.")]
 IgnoreEos = Annotated[
     bool, typer.Option(help="Send vLLM's ignore_eos so every answer has max_tokens.")
@@ -140,10 +150,8 @@ def bench(
     warmup: Warmup = 1,
 ) -> None:
     """Sweep concurrency x prompt length; print p50/p95/p99 per level; write CSV, JSON, charts."""
-    if api not in ("chat", "completions"):
-        raise typer.BadParameter("expected chat or completions", param_hint="--api")
-    kind: Api = "chat" if api == "chat" else "completions"
-    headers = _headers(api_key_env, header or [])
+    kind = _api(api)
+    headers = api_headers(kind) | _headers(api_key_env, header or [])
     target = Target(endpoint_url(base_url, kind), model, kind, headers, ignore_eos)
     levels = (_int_list(prompt_tokens, "--prompt-tokens"), _int_list(concurrency, "--concurrency"))
     plan = SweepPlan(*levels, requests, duration_s, output_tokens, warmup)

@@ -9,7 +9,8 @@
 TTFT at the first *content* delta matters behind gateways: a role-only delta flushed before the
 upstream's first token would otherwise read as a fast TTFT. Token counts come from `usage`
 (requested with `stream_options.include_usage`); without it each content delta counts as one
-token and the measurement says so (`tokens_counted`).
+token and the measurement says so (`tokens_counted`). Responses and Messages streams are read
+through `api_events.as_chat` (their text deltas, their usage, their end event).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 from httpx_aiohttp import HttpxAiohttpClient
 
-Api = Literal["chat", "completions"]
+from gateway.bench import api_events
+from gateway.bench.api_events import Api
+
 Clock = Callable[[], float]
 
 CHARS_PER_TOKEN = 4
@@ -55,8 +58,7 @@ def endpoint_url(base_url: str, api: Api) -> str:
     """`base_url` as the OpenAI SDK takes it (".../v1"); a bare host gets "/v1" added."""
     url = httpx.URL(base_url)
     path = url.path.rstrip("/") or "/v1"
-    suffix = "/chat/completions" if api == "chat" else "/completions"
-    return str(url.copy_with(path=path + suffix))
+    return str(url.copy_with(path=path + api_events.PATHS[api]))
 
 
 def make_prompt(tokens: int, nonce: int = 0) -> str:
@@ -75,16 +77,7 @@ def _filler(tokens: int) -> str:
 
 
 def request_body(target: Target, prompt: str, max_tokens: int) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": target.model,
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if target.api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
-    else:
-        body["prompt"] = prompt
+    body = api_events.request_body(target.api, target.model, prompt, max_tokens)
     if target.ignore_eos:
         body["ignore_eos"] = True  # vLLM extension: generate exactly max_tokens
     return body
@@ -157,8 +150,8 @@ class StreamTimer:
             message = error.get("message", error) if isinstance(error, dict) else error
             self.error = f"stream error: {message}"
             return
-        if isinstance(event.get("usage"), dict):
-            self.usage = event["usage"]
+        if isinstance(event.get("usage"), dict):  # merged: Messages reports it in two events
+            self.usage = self.usage | {k: v for k, v in event["usage"].items() if v is not None}
         if not _content(event):
             return
         if self.first_s is None:
@@ -208,7 +201,7 @@ async def measure(
             if status != 200:
                 text = (await resp.aread()).decode(errors="replace")[:200]
                 return timer.failed(clock(), f"HTTP {status}: {text}", status)
-            await _consume(resp, timer, clock)
+            await _consume(resp, timer, clock, target.api)
     except (httpx.HTTPError, OSError, TimeoutError) as exc:  # OSError: resets aiohttp leaves raw
         where = "stream broken: " if status == 200 else ""
         return timer.failed(clock(), f"{where}{type(exc).__name__}: {exc}", status)
@@ -217,12 +210,13 @@ async def measure(
     return timer.finish(clock())
 
 
-async def _consume(resp: httpx.Response, timer: StreamTimer, clock: Clock) -> None:
+async def _consume(resp: httpx.Response, timer: StreamTimer, clock: Clock, api: Api) -> None:
     async for line in resp.aiter_lines():
         event = parse_sse_line(line)
         if event is _DONE:
             return
         if isinstance(event, dict):
-            timer.feed(clock(), event)
-            if timer.error is not None:
+            chunk, ends = api_events.as_chat(api, event)
+            timer.feed(clock(), chunk)
+            if timer.error is not None or ends:
                 return

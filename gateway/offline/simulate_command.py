@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 import yaml
@@ -143,6 +143,9 @@ def loadtest_command(
     out: OutOpt = None,
     seed: SeedOpt = None,
     chart: ChartOpt = True,
+    api: Annotated[
+        str, typer.Option("--api", help="The API the users speak: chat, responses or messages.")
+    ] = "chat",
 ) -> None:
     """Run a scenario live: Locust against the gateway (with the simulated fleet on loopback)."""
     try:
@@ -160,10 +163,20 @@ def loadtest_command(
     folder = out or Path("results") / f"loadtest-{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     runs = []
     for name in names:
-        options = LiveOptions(policy=name, url=url, keys=keys, seed=seed)
+        options = LiveOptions(policy=name, url=url, keys=keys, seed=seed, api=_api(api))
         typer.echo(f"{name}: running {spec.name} live for about {spec.duration_s:g} s")
         runs.append(run_live(spec, folder / name, options))
     _finish(runs, folder, chart)
+
+
+LiveApi = Literal["chat", "responses", "messages"]
+_LIVE_APIS: dict[str, LiveApi] = {"chat": "chat", "responses": "responses", "messages": "messages"}
+
+
+def _api(text: str) -> LiveApi:
+    if text not in _LIVE_APIS:
+        raise typer.BadParameter("expected chat, responses or messages", param_hint="--api")
+    return _LIVE_APIS[text]
 
 
 def _keys(items: list[str]) -> dict[str, str]:

@@ -110,7 +110,9 @@ def gateway_endpoints(config: FleetConfig, host: str = "127.0.0.1") -> list[dict
                 "max_concurrency": member.params.max_num_seqs,
             }
         else:
+            # The simulated provider speaks Messages as well as OpenAI's two APIs.
             entry |= {"kind": "openai", "max_concurrency": member.params.max_concurrency}
+            entry |= {"apis": ["chat", "responses", "messages"]}
             entry |= {"api_key_env": member.api_key_env} if member.api_key_env else {}
         entries.append(entry)
     return entries

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import requests
 
+from gateway.bench.api_events import PATHS, Api, api_headers
 from gateway.sim.engine import EngineServerParams, create_engine_app
 from gateway.sim.faults import Faults
 from gateway.sim.model import EngineModel
@@ -133,3 +134,20 @@ def test_an_error_status_is_measured_with_its_code() -> None:
         measured = measure(response, 0.0, clock=lambda: 1.5)
     assert (measured.status, measured.completed, measured.gateway_reason) == (503, False, False)
     assert measured.reason == "server_error" and measured.e2e_s == 1.5
+
+
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_measures_responses_and_messages_streams(api: Api) -> None:
+    params = EngineServerParams(model=MODEL)
+    with UvicornThread(create_engine_app(params)) as server, requests.Session() as session:
+        t0 = time.perf_counter()
+        response = session.post(
+            server.base_url + "/v1" + PATHS[api],
+            json=request_body(MODEL, call(), api),
+            headers=api_headers(api),
+            stream=True,
+        )
+        measured = measure(response, t0, api=api)
+    assert measured.completed and measured.status == 200 and measured.reason == ""
+    assert measured.output_tokens == 20 and measured.prompt_tokens >= 400
+    assert measured.ttft_s is not None and measured.tpot_s is not None
