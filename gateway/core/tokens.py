@@ -77,22 +77,11 @@ def estimate_response_tokens(body: Mapping[str, Any], counter: TokenCounter | No
 def estimate_message_tokens(body: Mapping[str, Any], counter: TokenCounter | None = None) -> int:
     """Prompt tokens of an Anthropic Messages request body."""
     texts: list[str] = []
-    fixed_tokens = REPLY_PRIMING_TOKENS
-    system = body.get("system")
-    if type(system) is str:
-        texts.append(system)
-    elif type(system) is list:
-        fixed_tokens += _blocks(system, texts, MAX_SCHEMA_DEPTH)
+    fixed_tokens = REPLY_PRIMING_TOKENS + _text_or_blocks(body.get("system"), texts)
     messages = body.get("messages")
     for message in messages if type(messages) is list else ():
-        if type(message) is not dict:
-            continue
-        fixed_tokens += MESSAGE_OVERHEAD_TOKENS
-        content = message.get("content")
-        if type(content) is str:
-            texts.append(content)
-        elif type(content) is list:
-            fixed_tokens += _blocks(content, texts, MAX_SCHEMA_DEPTH)
+        if type(message) is dict:
+            fixed_tokens += MESSAGE_OVERHEAD_TOKENS + _text_or_blocks(message.get("content"), texts)
     texts.extend(_strings(body.get("tools"), MAX_SCHEMA_DEPTH))
     return fixed_tokens + count_texts(texts, counter)
 
@@ -186,6 +175,14 @@ def _items(items: list[Any], texts: list[str]) -> int:
     return fixed_tokens
 
 
+def _text_or_blocks(content: Any, texts: list[str], depth: int = MAX_SCHEMA_DEPTH) -> int:
+    """Collect Anthropic content (a string, or blocks); returns its fixed tokens."""
+    if type(content) is str:
+        texts.append(content)
+        return 0
+    return _blocks(content, texts, depth) if type(content) is list else 0
+
+
 def _blocks(blocks: list[Any], texts: list[str], depth: int) -> int:
     """Collect Anthropic content blocks into `texts`; returns their fixed tokens."""
     fixed_tokens = 0
@@ -199,11 +196,7 @@ def _blocks(blocks: list[Any], texts: list[str], depth: int) -> int:
         elif kind in ("tool_use", "server_tool_use"):
             texts.extend(_strings([block.get("name"), block.get("input")], MAX_SCHEMA_DEPTH))
         elif kind == "tool_result":
-            content = block.get("content")
-            if type(content) is list:
-                fixed_tokens += _blocks(content, texts, depth - 1)
-            elif type(content) is str:
-                texts.append(content)
+            fixed_tokens += _text_or_blocks(block.get("content"), texts, depth - 1)
         elif kind in ("image", "document"):
             fixed_tokens += MEDIA_PART_TOKENS
         else:

@@ -105,4 +105,15 @@ def _announce(port: int, api_key: str, fleet: FleetConfig) -> None:
         """-d '{"model": "llama-3-8b", "stream": true, "max_tokens": 16, """
         """"messages": [{"role": "user", "content": "Hello!"}]}'"""
     )
+    typer.echo(
+        f"  curl -sN {url}/v1/responses -H 'Authorization: Bearer {api_key}' "
+        "-H 'Content-Type: application/json' "
+        """-d '{"model": "llama-3-8b", "stream": true, "input": "Hello!"}'"""
+    )
+    typer.echo(
+        f"  curl -sN {url}/v1/messages -H 'x-api-key: {api_key}' "
+        "-H 'Content-Type: application/json' "
+        """-d '{"model": "llama-3-8b", "stream": true, "max_tokens": 16, """
+        """"messages": [{"role": "user", "content": "Hello!"}]}'"""
+    )
     typer.echo(f"Metrics: {url}/metrics   Ready: {url}/readyz   Stop: Ctrl-C")

@@ -13,20 +13,9 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
+from gateway.errors import ANTHROPIC_TYPES
 from gateway.sim.wire import CompletionRequest, InvalidBody, token_text
 from gateway.sim.wire_text import event_frame, text_tokens
-
-# Anthropic's error type per status (anthropic-sdk-python types/shared/error_type.py).
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
@@ -145,6 +134,6 @@ def anthropic_error(response: Response) -> Response:
         message = json.loads(bytes(response.body))["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = "simulated failure"
-    error = {"type": ERROR_TYPES.get(status, "api_error"), "message": str(message)}
+    error = {"type": ANTHROPIC_TYPES.get(status, "api_error"), "message": str(message)}
     headers = {k: v for k, v in response.headers.items() if k.startswith(("retry-after", "x-"))}
     return JSONResponse({"type": "error", "error": error}, status, headers=headers)

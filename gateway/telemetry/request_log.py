@@ -40,7 +40,8 @@ from policies.admission import Reason
 request_log = logging.getLogger("slo_gateway.requests")
 # Refusals: admission's reasons, plus a provider's rate limit passed on and no endpoint at all.
 ADMISSION_CODES = frozenset(
-    {r.value for r in Reason} | {"upstream_rate_limited", "no_endpoint_available", "no_endpoint"}
+    {r.value for r in Reason}
+    | {"upstream_rate_limited", "no_endpoint_available", "no_endpoint", "owner_unavailable"}
 )
 _PROMPT_FIELDS = ("messages", "prompt", "input")
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)

@@ -95,7 +95,9 @@ class MessagesWatch(EventWatch):
         message = body.get("message")
         if not isinstance(message, dict):
             return event
-        self._usage(message.get("usage"))
+        usage = message.get("usage")  # its output_tokens is a placeholder: message_delta counts
+        if isinstance(usage, dict) and prompt_tokens(usage):
+            self.reported_prompt_tokens = prompt_tokens(usage)
         if self.public_model is None or message.get("model") == self.public_model:
             return event
         message["model"] = self.public_model

@@ -50,6 +50,9 @@ async def commit(opened: Opened, watch: StreamGrammar, timeout_s: float) -> Open
         except UPSTREAM_ERRORS as exc:
             opened.release()
             raise AttemptFailed(opened.endpoint.id, type(exc).__name__) from None
+        except BaseException:  # the client left, or shutdown: the upstream learns of it
+            opened.release()
+            raise
     failed = _failure(opened, watch)
     if failed is not None:
         opened.release()

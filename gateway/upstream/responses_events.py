@@ -113,7 +113,7 @@ class ResponsesWatch(EventWatch):
 
     def _error(self, code: object) -> None:
         self.upstream_error = True
-        self.error_status = _FAILURE_CODES.get(code, 400) if isinstance(code, str) else 500
+        self.error_status = error_status(code)
 
     def error_event(self, message: str, code: str) -> bytes:
         sequence = self._last_sequence() + 1
@@ -132,6 +132,18 @@ class ResponsesWatch(EventWatch):
     def _last_sequence(self) -> int:
         found = _SEQUENCE.findall(self._last)
         return int(found[-1]) if found else -1
+
+
+def error_status(code: object) -> int:
+    """The HTTP status an error event's code stands for: OpenAI's codes, an HTTP status as
+    some servers send it (vLLM: 500 or "500"), else a client error (relayed, not failed over)."""
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code if 400 <= code <= 599 else 500
+    if code is None:
+        return 500
+    return _FAILURE_CODES.get(code, 400) if isinstance(code, str) else 500
 
 
 def _routine(chunk: bytes) -> int:

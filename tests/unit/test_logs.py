@@ -85,6 +85,8 @@ def test_outcome_without_an_upstream_answer_comes_from_status_and_code() -> None
     assert of(400, "invalid_value") == "client_error"
     assert of(499, None) == "cancelled"
     assert of(500, "internal_error") == "error"
+    assert of(503, "owner_unavailable") == "rejected"
+    assert of(200, None) == "ok"  # answered by the gateway itself: GET /v1/models, not an error
 
 
 def test_error_code_reads_openai_error_bodies_only() -> None:
@@ -93,6 +95,8 @@ def test_error_code_reads_openai_error_bodies_only() -> None:
     assert error_code(b'{"object": "error", "code": 400}', 400) == "http_400"
     assert error_code(b"not json", 502) == "http_502"
     assert error_code(b"", 500) == "http_500"
+    anthropic = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    assert error_code(json.dumps(anthropic).encode(), 503) == "overloaded_error"
 
 
 class Flushes(io.StringIO):

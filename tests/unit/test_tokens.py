@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from gateway.core.tokens import MEDIA_PART_TOKENS, estimate_prompt_tokens, load_counter
+from gateway.core.tokens import (
+    MEDIA_PART_TOKENS,
+    estimate_message_tokens,
+    estimate_prompt_tokens,
+    estimate_response_tokens,
+    load_counter,
+)
 
 TWELVE = "hello world!"  # 12 characters: 3 estimated tokens
 
@@ -135,3 +141,77 @@ def test_tiktoken_counts_when_installed(monkeypatch: pytest.MonkeyPatch) -> None
     assert counter is not None
     assert estimate_prompt_tokens({"prompt": TWELVE}, counter) == 12
     assert load_counter("tiktoken:no_such_encoding") is None
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"input": TWELVE}, 3),
+        ({"instructions": TWELVE, "input": TWELVE}, 6),
+        # an item: 4 + its text; plus 3 reply priming for an item list
+        ({"input": [{"role": "user", "content": TWELVE}]}, 3 + 4 + 3),
+        (
+            {
+                "input": [
+                    {
+                        "type": "message",
+                        "role": "user",
+                        "content": [
+                            {"type": "input_text", "text": TWELVE},
+                            {"type": "input_image", "image_url": "x"},
+                        ],
+                    },
+                    {"type": "function_call", "name": "abcd", "arguments": "efgh"},
+                    {"type": "function_call_output", "call_id": "c", "output": TWELVE},
+                    {"type": "reasoning", "summary": [{"type": "summary_text", "text": TWELVE}]},
+                ]
+            },
+            # 44 characters (12 + abcd efgh + 12 + 12) are 11 tokens; 4 items, an image, priming
+            11 + 4 * 4 + MEDIA_PART_TOKENS + 3,
+        ),
+        # every string of the tools, keys included: type function name + 12 = 28 chars
+        ({"input": "", "tools": [{"type": "function", "name": TWELVE}]}, 7),
+    ],
+)
+def test_responses_bodies_count_instructions_items_and_tools(
+    body: dict[str, Any], expected: int
+) -> None:
+    assert estimate_response_tokens(body) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # 3 text + 4 per message + 3 reply priming
+        ({"messages": [{"role": "user", "content": TWELVE}]}, 10),
+        ({"system": TWELVE, "messages": [{"role": "user", "content": TWELVE}]}, 13),
+        (
+            {
+                "system": [{"type": "text", "text": TWELVE}],
+                "messages": [
+                    {"role": "user", "content": [{"type": "image", "source": {}}]},
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {"type": "tool_use", "id": "t", "name": "abcd", "input": {"q": TWELVE}}
+                        ],
+                    },
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "tool_result",
+                                "tool_use_id": "t",
+                                "content": [{"type": "text", "text": TWELVE}],
+                            }
+                        ],
+                    },
+                ],
+            },
+            # 41 characters (12 + abcd q 12 + 12) are 11 tokens; 3 messages, an image, priming
+            11 + 3 * 4 + MEDIA_PART_TOKENS + 3,
+        ),
+    ],
+)
+def test_messages_bodies_count_system_blocks_and_tools(body: dict[str, Any], expected: int) -> None:
+    assert estimate_message_tokens(body) == expected
