@@ -20,8 +20,9 @@ from gateway.errors import AttemptFailed
 from gateway.state.background import Background, Spawn, run_now
 from gateway.state.leases import LeaseBook
 from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.resilient import writes_at_once
 from gateway.state.store import LatencySample, StatsStore
-from gateway.state.view import SharedView, writes_at_once
+from gateway.state.view import SharedView
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import note_result
 from gateway.upstream.client import Opened

@@ -15,8 +15,9 @@ import asyncio
 import time
 
 from gateway.state.background import Background, run_now
+from gateway.state.resilient import writes_at_once
 from gateway.state.store import StatsStore
-from gateway.state.view import SharedView, writes_at_once
+from gateway.state.view import SharedView
 from gateway.telemetry.metrics import Metrics
 
 
