@@ -222,7 +222,7 @@ class ResilientStore:
     async def close(self) -> None:
         if self._probe is not None:
             self._probe.cancel()
-        if self.writes is not None and self.up:
+        if self.writes is not None:  # stops its flusher; a batch left while down goes to memory
             try:
                 await self.writes.close()
             except FAILURES as exc:
