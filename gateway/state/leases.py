@@ -129,7 +129,3 @@ class LeaseBook:
         await self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=now)
         if (endpoint_id, request_id) not in self._taking:  # dropped meanwhile: undo
             await self.store.release(endpoint_id, request_id, now=self.clock())
-
-    @property
-    def held(self) -> int:
-        return len(self._taking)

@@ -46,10 +46,6 @@ class WriteBehind:
             if self._task is None:
                 self._task = asyncio.get_running_loop().create_task(self._run())
 
-    @property
-    def pending(self) -> int:
-        return len(self._queue)
-
     async def _run(self) -> None:
         while not self._closing:
             await self._wake.wait()
