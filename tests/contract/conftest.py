@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from gateway.state.memory_store import MemoryStatsStore
 from gateway.state.redis_store import RedisStatsStore
 from gateway.state.resilient import ResilientStore
-from gateway.state.store import StatsStore
+from gateway.state.store import LatencySample, StatsStore
 from tests.fixtures.redis import key_prefix, redis_client, redis_url
 from tests.fixtures.servers import free_port
 
@@ -90,6 +90,21 @@ class StoreClients:
     async def aclose(self) -> None:
         for store in self._opened:
             await store.close()
+
+
+def sample(at_s: float) -> LatencySample:
+    """One successful request finishing at `at_s`."""
+    return LatencySample(
+        at_s=at_s,
+        ok=True,
+        status=200,
+        prompt_tokens=300,
+        output_tokens=20,
+        ttft_s=0.2,
+        tpot_s=0.03,
+        e2e_s=0.8,
+        in_flight=2,
+    )
 
 
 async def landed(*stores: StatsStore) -> None:

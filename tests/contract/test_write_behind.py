@@ -8,25 +8,12 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.state.redis_store import RedisStatsStore, Write
-from gateway.state.store import LatencySample
 from gateway.state.writebehind import WriteBehind
+from tests.contract.conftest import sample
 
 pytestmark = pytest.mark.redis
 NOW = 1_000_000.0
 WRITES = 5
-
-
-def sample() -> LatencySample:
-    return LatencySample(
-        at_s=NOW,
-        ok=True,
-        status=200,
-        prompt_tokens=100,
-        output_tokens=20,
-        ttft_s=0.1,
-        tpot_s=0.02,
-        e2e_s=0.5,
-    )
 
 
 async def nothing_failed(batch: list[Write], exc: BaseException) -> None:
@@ -45,7 +32,7 @@ async def test_close_lands_every_queued_write_once_at_any_moment_of_a_flush(
             endpoint_id = f"e{round_}"
             writes = WriteBehind(store, nothing_failed, timeout_s=2.0)
             for _ in range(WRITES):
-                writes.submit(Write("observe", endpoint_id, sample=sample()))
+                writes.submit(Write("observe", endpoint_id, sample=sample(NOW)))
             await asyncio.sleep(round_ * 0.0002)
             async with asyncio.timeout(5):
                 await writes.close()
