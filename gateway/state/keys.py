@@ -50,7 +50,3 @@ class KeySpace:
 
     def tenant(self, tenant: str, part: str) -> str:
         return f"{self.prefix}{{tenant:{tenant}}}:{part}"
-
-    def pattern(self) -> str:
-        """A SCAN pattern for every key under this prefix (admin and tests)."""
-        return f"{self.prefix}*"
