@@ -23,7 +23,7 @@ from starlette.responses import Response
 
 from gateway.sim.faults import Faults, FaultState
 from gateway.sim.frontend import Frontend, FrontendOptions, error_response
-from gateway.sim.wire import CompletionRequest
+from gateway.sim.wire import CompletionRequest, PromptDetails
 
 
 class ProviderParams(BaseModel):
@@ -105,7 +105,9 @@ class ProviderRuntime:
     def headers(self, in_progress: int) -> dict[str, str]:
         return self._limit_headers(remaining=max(0, self.params.max_concurrency - in_progress))
 
-    async def tokens(self, request: CompletionRequest) -> AsyncGenerator[int, None]:
+    async def tokens(
+        self, request: CompletionRequest, details: PromptDetails
+    ) -> AsyncGenerator[int, None]:
         ttft_s, tpot_s = self._latency.draw(request.prompt_tokens)
         await asyncio.sleep(ttft_s * self._faults.slowdown(self._clock()))
         yield 0
