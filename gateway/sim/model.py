@@ -252,7 +252,8 @@ class EngineModel:
     def _admit(self, budget: int, cost: _StepCost, result: StepResult) -> None:
         while self._waiting and budget > 0 and len(self._running) < self.params.max_num_seqs:
             seq = self._waiting[0]
-            if not self._fits(seq):
+            needed = self._blocks_for(seq.context_tokens)
+            if needed > self._free_blocks and not self._fits_with_hits(seq, needed):
                 break  # FCFS: a head that does not fit blocks everyone behind it
             self._waiting.popleft()
             seq.running = True
@@ -264,13 +265,10 @@ class EngineModel:
             self._ensure_blocks(seq, result)
             budget -= self._run_chunk(seq, budget, cost, result)
 
-    def _fits(self, seq: _Sequence) -> bool:
-        needed = self._blocks_for(seq.context_tokens)
-        if needed <= self._free_blocks:
-            return True
+    def _fits_with_hits(self, seq: _Sequence, needed: int) -> bool:
+        """Whether seq fits once cached blocks that running sequences hold are counted."""
         if not seq.hashes:
             return False
-        # Cached blocks that running sequences hold already cost no free block.
         _, held = self._cache.match(seq.hashes, self._hit_limit(seq))
         return needed - held <= self._free_blocks
 
@@ -302,9 +300,9 @@ class EngineModel:
             self._preempt(victim, result)
             if victim is seq:
                 return False
-        empty = self._free_blocks - self._cache.evictable
-        if needed > empty:
-            self._cache.evict(needed - empty)
+        cached = self._cache.lru
+        if cached and needed > self._free_blocks - len(cached):
+            self._cache.evict(needed - (self._free_blocks - len(cached)))
         self._free_blocks -= needed
         seq.blocks += needed
         return True

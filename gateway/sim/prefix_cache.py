@@ -16,7 +16,7 @@ Method (vLLM V1 `KVCacheManager`, simplified to counts; `docs/design/prefix_cach
 - Admission looks up the longest run of stored blocks from the first one (`match`) and
   `acquire`s it: those tokens are not computed again.
 
-The engine model owns the pool's free count (empty blocks plus `evictable` cached ones); the
+The engine model owns the pool's free count (empty blocks plus the cached ones in `lru`); the
 methods here return how many blocks they took from it or gave back.
 """
 
@@ -30,11 +30,6 @@ class PrefixCache:
     def __init__(self) -> None:
         self.refs: dict[int, int] = {}  # stored block hash -> running sequences using it
         self.lru: OrderedDict[int, None] = OrderedDict()  # stored, unreferenced; oldest first
-        self.evictions_total = 0
-
-    @property
-    def evictable(self) -> int:
-        return len(self.lru)
 
     def match(self, hashes: Sequence[int], limit: int) -> tuple[int, int]:
         """(stored blocks, of which referenced) in the longest stored run of hashes[:limit]."""
@@ -94,4 +89,3 @@ class PrefixCache:
         for _ in range(blocks):
             block_hash, _ = self.lru.popitem(last=False)
             del self.refs[block_hash]
-        self.evictions_total += blocks
