@@ -28,8 +28,10 @@ from gateway.sim.faults import FaultState
 from gateway.sim.wire import (
     CompletionRequest,
     CompletionWriter,
+    DetailsMode,
     InvalidBody,
     Kind,
+    PromptDetails,
     embeddings_body,
     error_body,
     models_body,
@@ -47,7 +49,9 @@ class TokenSource(Protocol):
 
     def headers(self, in_progress: int) -> dict[str, str]: ...
 
-    def tokens(self, request: CompletionRequest) -> AsyncGenerator[int, None]: ...
+    def tokens(
+        self, request: CompletionRequest, details: PromptDetails
+    ) -> AsyncGenerator[int, None]: ...
 
     def stats(self) -> dict[str, Any]: ...
 
@@ -59,6 +63,7 @@ class FrontendOptions:
     strict_model: bool = True
     default_max_tokens: int = 64
     separate_finish: bool = False
+    details_mode: DetailsMode = "off"
 
 
 @dataclass(slots=True)
@@ -327,8 +332,14 @@ class Frontend:
                 )
             )
 
+    def _writer(self, parsed: CompletionRequest) -> CompletionWriter:
+        options = self.options
+        return CompletionWriter(
+            parsed, separate_finish=options.separate_finish, details_mode=options.details_mode
+        )
+
     def _stream(self, parsed: CompletionRequest) -> Response:
-        writer = CompletionWriter(parsed, separate_finish=self.options.separate_finish)
+        writer = self._writer(parsed)
         flight = self.stats.begin()
         headers = self.source.headers(self.stats.in_progress)
         events = self._events(parsed, writer, self.faults.drop_after(), flight)
@@ -341,7 +352,7 @@ class Frontend:
         drop_after: int | None,
         flight: Flight,
     ) -> AsyncGenerator[bytes, None]:
-        async with aclosing(self.source.tokens(parsed)) as tokens:
+        async with aclosing(self.source.tokens(parsed, writer.details)) as tokens:
             async for index in tokens:
                 if index == drop_after:
                     flight.outcome = "dropped"
@@ -351,7 +362,7 @@ class Frontend:
         yield writer.end()
 
     async def _whole(self, parsed: CompletionRequest, receive: Receive) -> Response:
-        writer = CompletionWriter(parsed, separate_finish=self.options.separate_finish)
+        writer = self._writer(parsed)
         flight = self.stats.begin()
         headers = self.source.headers(self.stats.in_progress)
         try:
@@ -364,6 +375,6 @@ class Frontend:
         return JSONResponse(writer.body(), headers=headers)
 
     async def _collect(self, parsed: CompletionRequest, writer: CompletionWriter) -> None:
-        async with aclosing(self.source.tokens(parsed)) as tokens:
+        async with aclosing(self.source.tokens(parsed, writer.details)) as tokens:
             async for index in tokens:
                 writer.tokens_sent = index + 1
