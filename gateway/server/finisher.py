@@ -14,7 +14,8 @@ from gateway.errors import AttemptFailed
 from gateway.state.background import Background, run_now
 from gateway.state.leases import LeaseBook
 from gateway.state.memory_store import MemoryStatsStore
-from gateway.state.view import SharedView, writes_at_once
+from gateway.state.resilient import writes_at_once
+from gateway.state.view import SharedView
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import Finished, RequestRecord
 from gateway.upstream.client import Opened

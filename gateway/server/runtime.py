@@ -21,8 +21,9 @@ from gateway.state.breaker import BreakerPolicy
 from gateway.state.leases import LeaseBook
 from gateway.state.memory_store import MemoryStatsStore
 from gateway.state.redis_store import RedisStatsStore
+from gateway.state.resilient import ResilientStore
 from gateway.state.store import StatsStore
-from gateway.state.view import ResilientStore, SharedView
+from gateway.state.view import SharedView
 from gateway.telemetry.metrics import Metrics, log
 from gateway.upstream.client import AiohttpUpstream
 from gateway.watch.endpoints import Registry

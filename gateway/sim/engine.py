@@ -4,6 +4,11 @@ One background task, started by the app lifespan, runs the model: it steps, slee
 step's duration (deadline-based, so scheduling jitter does not accumulate), then hands each
 emitted token to the waiting request. A request whose client leaves is cancelled in the model,
 which frees its KV blocks at once, as vLLM aborts a disconnected request.
+
+With prefix caching on (the default), each request's block hashes are computed once, at
+submission, over its rendered prompt and the output it will generate (`prompt_blocks.py`), and
+the tokens found cached come back as `usage.prompt_tokens_details.cached_tokens`, as vLLM
+reports them with `--enable-prompt-tokens-details` (on here unless turned off).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from gateway.sim.engine_metrics import EngineMetrics
 from gateway.sim.faults import Faults, FaultState
 from gateway.sim.frontend import Frontend, FrontendOptions, error_response
 from gateway.sim.model import EngineModel, EngineParams, StepResult
-from gateway.sim.wire import CompletionRequest
+from gateway.sim.prompt_blocks import sequence_hashes
+from gateway.sim.wire import CompletionRequest, PromptDetails
 
 
 class EngineServerParams(EngineParams):
@@ -37,6 +43,7 @@ class EngineServerParams(EngineParams):
     api_key: str | None = None
     default_max_tokens: int = Field(default=64, ge=1)
     legacy_metrics: bool = False
+    enable_prompt_tokens_details: bool = True
     seed: int | None = None
     faults: Faults = Faults()
 
@@ -47,6 +54,7 @@ class _Pending:
 
     prompt_tokens: int
     arrival_s: float
+    details: PromptDetails
     queue: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
     first_token_s: float | None = None
     last_token_s: float = 0.0
@@ -99,10 +107,13 @@ class EngineRuntime:
     def headers(self, in_progress: int) -> dict[str, str]:
         return {}
 
-    async def tokens(self, request: CompletionRequest) -> AsyncGenerator[int, None]:
+    async def tokens(
+        self, request: CompletionRequest, details: PromptDetails
+    ) -> AsyncGenerator[int, None]:
         req_id = request.request_id
-        pending = _Pending(request.prompt_tokens, self._clock())
-        self.model.submit(req_id, request.prompt_tokens, request.max_tokens)
+        pending = _Pending(request.prompt_tokens, self._clock(), details)
+        hashes = self._block_hashes(request)
+        self.model.submit(req_id, request.prompt_tokens, request.max_tokens, hashes)
         self._pending[req_id] = pending
         self._wake.set()
         try:
@@ -119,10 +130,23 @@ class EngineRuntime:
             "waiting": snap.waiting,
             "kv_usage": snap.kv_usage,
             "preemptions_total": snap.preemptions_total,
+            "prefix_cache_queries_total": snap.prefix_cache_queries_total,
+            "prefix_cache_hits_total": snap.prefix_cache_hits_total,
         }
+
+    def _block_hashes(self, request: CompletionRequest) -> tuple[int, ...]:
+        p = self.params
+        if not p.enable_prefix_caching:
+            return ()
+        text, salt = request.prompt_text, request.cache_salt
+        return sequence_hashes(text, request.max_tokens, p.block_size, salt=salt)
 
     def _deliver(self, result: StepResult) -> None:
         now_s = self._clock()
+        for req_id, cached_tokens in result.prefix_hits:
+            hit = self._pending.get(req_id)
+            if hit is not None:
+                hit.details.cached_tokens = cached_tokens
         for req_id, index in result.tokens_emitted:
             pending = self._pending.get(req_id)
             if pending is not None:
@@ -165,6 +189,7 @@ def create_engine_app(
         api_key=server.api_key,
         strict_model=server.strict_model,
         default_max_tokens=server.default_max_tokens,
+        details_mode="nonzero" if server.enable_prompt_tokens_details else "off",
     )
     frontend = Frontend(options, runtime, faults, clock)
 

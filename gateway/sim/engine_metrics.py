@@ -1,9 +1,12 @@
 """vLLM's `/metrics` page for a simulated replica: the 0.32 (V1) names, labels and buckets.
 
 Gauges and token counters are read from the model's snapshot at scrape time; latency
-histograms are observed by the engine loop as tokens leave. With `legacy` the page also carries
-the V0 names some routers still scrape (`vllm:gpu_cache_usage_perc`,
-`vllm:time_per_output_token_seconds`).
+histograms are observed by the engine loop as tokens leave. The prefix cache's counters are in
+tokens: queries are the prompt tokens of admitted requests, hits those found cached (both 0 with
+prefix caching off, as vLLM skips the lookup). With `legacy` the page also carries the old names
+some routers still scrape (`vllm:gpu_cache_usage_perc`, `vllm:time_per_output_token_seconds`,
+`vllm:gpu_prefix_cache_{queries,hits}_total` and the V0 gauge `vllm:gpu_prefix_cache_hit_rate`,
+here hits over queries since the start).
 """
 
 from __future__ import annotations
@@ -137,6 +140,7 @@ _GAUGES = (
 )
 _LEGACY_GAUGES = (
     ("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", "kv_usage"),
+    ("vllm:gpu_prefix_cache_hit_rate", "GPU prefix cache block hit rate.", "prefix_hit_rate"),
 )
 _COUNTERS = (
     (
@@ -149,6 +153,28 @@ _COUNTERS = (
         "vllm:generation_tokens",
         "Number of generation tokens processed.",
         "generation_tokens_total",
+    ),
+    (
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        "prefix_cache_queries_total",
+    ),
+    (
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        "prefix_cache_hits_total",
+    ),
+)
+_LEGACY_COUNTERS = (
+    (
+        "vllm:gpu_prefix_cache_queries",
+        "GPU prefix cache queries, in terms of number of queried tokens.",
+        "prefix_cache_queries_total",
+    ),
+    (
+        "vllm:gpu_prefix_cache_hits",
+        "GPU prefix cache hits, in terms of number of cached tokens.",
+        "prefix_cache_hits_total",
     ),
 )
 
@@ -212,6 +238,7 @@ class _SnapshotCollector(Collector):
         self._labels = list(labels)
         self._snapshot = snapshot
         self._gauges = _GAUGES + _LEGACY_GAUGES if legacy else _GAUGES
+        self._counters = _COUNTERS + _LEGACY_COUNTERS if legacy else _COUNTERS
         self._created = time.time()
 
     def collect(self) -> Iterator[Metric]:
@@ -220,7 +247,7 @@ class _SnapshotCollector(Collector):
             gauge = GaugeMetricFamily(name, doc, labels=_LABELS)
             gauge.add_metric(self._labels, attrgetter(attr)(snap))
             yield gauge
-        for name, doc, attr in _COUNTERS:
+        for name, doc, attr in self._counters:
             counter = CounterMetricFamily(name, doc, labels=_LABELS)
             counter.add_metric(self._labels, attrgetter(attr)(snap), created=self._created)
             yield counter
@@ -243,7 +270,7 @@ class _SnapshotCollector(Collector):
             "block_size": str(snap.block_size),
             "num_gpu_blocks": str(snap.num_gpu_blocks),
             "kv_cache_size_tokens": str(snap.block_size * snap.num_gpu_blocks),
-            "enable_prefix_caching": "False",
+            "enable_prefix_caching": str(snap.enable_prefix_caching),
             "cache_dtype": "auto",
         }
         family = GaugeMetricFamily(

@@ -28,8 +28,10 @@ from gateway.sim.stream_response import SseResponse, StreamCut, unless_disconnec
 from gateway.sim.wire import (
     CompletionRequest,
     CompletionWriter,
+    DetailsMode,
     InvalidBody,
     Kind,
+    PromptDetails,
     embeddings_body,
     error_body,
     models_body,
@@ -45,6 +47,7 @@ class Writer(Protocol):
     the opening events (before any token), one token's events, the closing events, the body."""
 
     tokens_sent: int
+    details: PromptDetails  # what serving learns about the prompt (cached tokens)
 
     def start(self) -> bytes: ...
 
@@ -65,7 +68,9 @@ class TokenSource(Protocol):
 
     def headers(self, in_progress: int) -> dict[str, str]: ...
 
-    def tokens(self, request: CompletionRequest) -> AsyncGenerator[int, None]: ...
+    def tokens(
+        self, request: CompletionRequest, details: PromptDetails
+    ) -> AsyncGenerator[int, None]: ...
 
     def stats(self) -> dict[str, Any]: ...
 
@@ -77,6 +82,7 @@ class FrontendOptions:
     strict_model: bool = True
     default_max_tokens: int = 64
     separate_finish: bool = False
+    details_mode: DetailsMode = "off"
 
 
 @dataclass(slots=True)
@@ -206,7 +212,7 @@ class Frontend:
             parsed = parse_completion(
                 body, kind, default_max_tokens=self.options.default_max_tokens
             )
-            return parsed, CompletionWriter(parsed, separate_finish=self.options.separate_finish)
+            return parsed, self._writer(parsed)
 
         return await self.serve(request, parse)
 
@@ -311,6 +317,12 @@ class Frontend:
                 )
             )
 
+    def _writer(self, parsed: CompletionRequest) -> CompletionWriter:
+        options = self.options
+        return CompletionWriter(
+            parsed, separate_finish=options.separate_finish, details_mode=options.details_mode
+        )
+
     def _stream(self, parsed: CompletionRequest, writer: Writer) -> Response:
         flight = self.stats.begin()
         headers = self.source.headers(self.stats.in_progress)
@@ -327,7 +339,7 @@ class Frontend:
         opening = writer.start()
         if opening:
             yield opening
-        async with aclosing(self.source.tokens(parsed)) as tokens:
+        async with aclosing(self.source.tokens(parsed, writer.details)) as tokens:
             async for index in tokens:
                 if index == drop_after:
                     flight.outcome = "dropped"
@@ -349,6 +361,6 @@ class Frontend:
         return JSONResponse(writer.body(), headers=headers)
 
     async def _collect(self, parsed: CompletionRequest, writer: Writer) -> None:
-        async with aclosing(self.source.tokens(parsed)) as tokens:
+        async with aclosing(self.source.tokens(parsed, writer.details)) as tokens:
             async for index in tokens:
                 writer.tokens_sent = index + 1

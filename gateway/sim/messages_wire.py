@@ -8,13 +8,12 @@ the frontend's OpenAI-shaped refusals are turned (`anthropic_error`).
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
 from gateway.errors import ANTHROPIC_TYPES
-from gateway.sim.wire import CompletionRequest, InvalidBody, token_text
+from gateway.sim.wire import CompletionRequest, InvalidBody, PromptDetails, prompt_text, token_text
 from gateway.sim.wire_text import event_frame, text_tokens
 
 
@@ -54,8 +53,21 @@ def parse_message_request(body: Any) -> tuple[CompletionRequest, MessagesWriter]
         prompt_tokens=prompt_tokens(body),
         max_tokens=max_tokens,
         max_tokens_given=True,
+        prompt_text=_rendered(body),
     )
     return request, MessagesWriter(request)
+
+
+def _rendered(body: dict[str, Any]) -> str:
+    """The prompt as the engine's template renders it (what its prefix cache hashes)."""
+    turns = [
+        {"role": m.get("role"), "content": _text(m.get("content"))}
+        for m in body["messages"]
+        if isinstance(m, dict)
+    ]
+    if body.get("system"):
+        turns.insert(0, {"role": "system", "content": _text(body["system"])})
+    return prompt_text({"messages": turns}, "chat")
 
 
 class MessagesWriter:
@@ -65,7 +77,7 @@ class MessagesWriter:
         self.request = request
         self.id = "msg_" + request.request_id
         self.tokens_sent = 0
-        self.created_s = time.time()
+        self.details = PromptDetails()  # the token source fills in the cached tokens
 
     def start(self) -> bytes:
         message = self._envelope() | {"content": [], "stop_reason": None}
@@ -107,10 +119,12 @@ class MessagesWriter:
         return "max_tokens" if self.tokens_sent >= self.request.max_tokens else "end_turn"
 
     def usage(self) -> dict[str, int]:
+        """Anthropic counts cached prompt tokens apart: input_tokens is the rest."""
+        cached = min(self.details.cached_tokens, self.request.prompt_tokens)
         return {
-            "input_tokens": self.request.prompt_tokens,
+            "input_tokens": self.request.prompt_tokens - cached,
             "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_read_input_tokens": cached,
             "output_tokens": self.tokens_sent,
         }
 

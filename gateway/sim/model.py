@@ -11,7 +11,15 @@ Each `step()` follows the vLLM V1 scheduler, simplified:
    most recently admitted sequence is preempted (recompute: its blocks are freed and it goes
    back to the front of the waiting queue, to re-prefill prompt and generated tokens later).
 2. If nothing was preempted, waiting requests join, strictly FCFS, while the batch has fewer
-   than `max_num_seqs` sequences and the head's context fits in the free blocks.
+   than `max_num_seqs` sequences and the head's context fits in the free blocks. With prefix
+   caching (on unless `enable_prefix_caching` is off; `prefix_cache.py` has the method), a
+   request submitted with block hashes first takes the longest run of its blocks the cache
+   holds, at most `(context - 1) // block_size` of them (vLLM always computes the last token
+   again): those blocks are shared with any running sequence that holds them, and prefill starts
+   after them. Computed prefill blocks are stored as they fill; blocks filled while decoding
+   are stored when the sequence ends (finish, preemption, cancel), so a finished request's
+   answer is cached for the next turn that replays it. No hashing happens here: the caller
+   passes the hashes (`prompt_blocks.py`), and a request without them never hits.
 3. Step duration, with B sequences in the step, S their context tokens, and a prefill chunk of
    n tokens on top of p already computed:
        step_base + per_seq * B + per_kv_token * S + sum(prefill_per_token * n
@@ -27,9 +35,12 @@ decoding takes ~15 ms per token at batch 1, ~19 ms at 8 and ~32 ms at 32.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gateway.sim.prefix_cache import PrefixCache
 
 
 class EngineParams(BaseModel):
@@ -42,6 +53,7 @@ class EngineParams(BaseModel):
     max_num_seqs: int = Field(default=64, ge=1)
     max_num_batched_tokens: int = Field(default=2048, ge=1)
     max_model_len: int = Field(default=8192, ge=1)
+    enable_prefix_caching: bool = True
     step_base_s: float = Field(default=0.015, ge=0)
     per_seq_s: float = Field(default=0.0003, ge=0)
     per_kv_token_s: float = Field(default=3e-7, ge=0)
@@ -66,8 +78,11 @@ class _Sequence:
     prompt_tokens: int
     max_tokens: int
     generated: int = 0
+    hashes: Sequence[int] = ()  # of the full blocks of prompt and output, chained
     computed: int = 0  # context tokens whose KV is in the cache
     blocks: int = 0
+    shared: int = 0  # the first `shared` blocks are held through the prefix cache
+    cached_tokens: int = -1  # found in the prefix cache at the first admission (-1: not yet)
     running: bool = False
 
     @property
@@ -81,6 +96,7 @@ class StepResult:
     tokens_emitted: list[tuple[str, int]] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     preempted: list[str] = field(default_factory=list)
+    prefix_hits: tuple[tuple[str, int], ...] = ()  # (req_id, cached tokens) at first admission
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +111,19 @@ class EngineSnapshot:
     preemptions_total: int
     prompt_tokens_total: int
     generation_tokens_total: int
+    enable_prefix_caching: bool
+    prefix_cache_queries_total: int  # prompt tokens of admitted requests
+    prefix_cache_hits_total: int  # of them found in the prefix cache
 
     @property
     def kv_usage(self) -> float:
         """Fraction 0..1 of the KV pool in use."""
         return self.used_blocks / self.num_gpu_blocks
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Fraction 0..1 of queried prompt tokens found in the prefix cache."""
+        return self.prefix_cache_hits_total / max(1, self.prefix_cache_queries_total)
 
 
 @dataclass(slots=True)
@@ -118,16 +142,22 @@ class EngineModel:
         self._waiting: deque[_Sequence] = deque()
         self._running: list[_Sequence] = []
         self._by_id: dict[str, _Sequence] = {}
-        self._free_blocks = params.num_gpu_blocks
+        self._free_blocks = params.num_gpu_blocks  # empty blocks plus the cache's evictable ones
+        self._cache = PrefixCache()
         self.preemptions_total = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+        self.prefix_cache_queries_total = 0
+        self.prefix_cache_hits_total = 0
 
     @property
     def has_work(self) -> bool:
         return bool(self._running or self._waiting)
 
-    def submit(self, req_id: str, prompt_tokens: int, max_tokens: int) -> None:
+    def submit(
+        self, req_id: str, prompt_tokens: int, max_tokens: int, block_hashes: Sequence[int] = ()
+    ) -> None:
+        """Queue a request; `block_hashes` chain its full blocks (`prompt_blocks.py`), if known."""
         if prompt_tokens < 1 or max_tokens < 1:
             raise ValueError("prompt_tokens and max_tokens must be at least 1")
         if prompt_tokens + max_tokens > self.params.max_model_len:
@@ -137,7 +167,8 @@ class EngineModel:
             )
         if req_id in self._by_id:
             raise ValueError(f"duplicate request id {req_id!r}")
-        seq = _Sequence(req_id, prompt_tokens, max_tokens)
+        hashes = block_hashes if self.params.enable_prefix_caching else ()
+        seq = _Sequence(req_id, prompt_tokens, max_tokens, hashes=hashes)
         self._by_id[req_id] = seq
         self._waiting.append(seq)
 
@@ -180,6 +211,9 @@ class EngineModel:
             preemptions_total=self.preemptions_total,
             prompt_tokens_total=self.prompt_tokens_total,
             generation_tokens_total=self.generation_tokens_total,
+            enable_prefix_caching=p.enable_prefix_caching,
+            prefix_cache_queries_total=self.prefix_cache_queries_total,
+            prefix_cache_hits_total=self.prefix_cache_hits_total,
         )
 
     def _schedule_running(self, cost: _StepCost, result: StepResult) -> int:
@@ -218,24 +252,59 @@ class EngineModel:
     def _admit(self, budget: int, cost: _StepCost, result: StepResult) -> None:
         while self._waiting and budget > 0 and len(self._running) < self.params.max_num_seqs:
             seq = self._waiting[0]
-            if self._blocks_for(seq.context_tokens) > self._free_blocks:
+            needed = self._blocks_for(seq.context_tokens)
+            if needed > self._free_blocks and not self._fits_with_hits(seq, needed):
                 break  # FCFS: a head that does not fit blocks everyone behind it
             self._waiting.popleft()
             seq.running = True
             self._running.append(seq)
+            if seq.hashes:
+                self._reuse_cached(seq)
+            if seq.cached_tokens < 0:
+                self._count_query(seq, result)
             self._ensure_blocks(seq, result)
             budget -= self._run_chunk(seq, budget, cost, result)
+
+    def _fits_with_hits(self, seq: _Sequence, needed: int) -> bool:
+        """Whether seq fits once cached blocks that running sequences hold are counted."""
+        if not seq.hashes:
+            return False
+        _, held = self._cache.match(seq.hashes, self._hit_limit(seq))
+        return needed - held <= self._free_blocks
+
+    def _reuse_cached(self, seq: _Sequence) -> None:
+        hits, taken = self._cache.acquire(seq.hashes, self._hit_limit(seq))
+        self._free_blocks -= taken
+        seq.blocks = seq.shared = hits
+        seq.computed = hits * self.params.block_size
+
+    def _hit_limit(self, seq: _Sequence) -> int:
+        return (seq.context_tokens - 1) // self.params.block_size
+
+    def _count_query(self, seq: _Sequence, result: StepResult) -> None:
+        # As vLLM: counted once per request, not again when a preempted one resumes.
+        seq.cached_tokens = seq.computed
+        if self.params.enable_prefix_caching:
+            self.prefix_cache_queries_total += seq.prompt_tokens
+            self.prefix_cache_hits_total += seq.computed
+        if seq.computed:
+            result.prefix_hits += ((seq.req_id, seq.computed),)
 
     def _ensure_blocks(self, seq: _Sequence, result: StepResult) -> bool:
         """Grow seq's blocks to hold its context, preempting from the batch tail if needed."""
         needed = self._blocks_for(seq.context_tokens) - seq.blocks
+        if needed <= 0:
+            return True
         while needed > self._free_blocks:
             victim = self._running.pop()
             self._preempt(victim, result)
             if victim is seq:
                 return False
-        self._free_blocks -= max(needed, 0)
-        seq.blocks += max(needed, 0)
+        cached = self._cache.lru
+        if cached and needed > self._free_blocks - len(cached):
+            self._cache.evict(needed - (self._free_blocks - len(cached)))
+        self._free_blocks -= needed
+        seq.blocks += needed
         return True
 
     def _run_chunk(self, seq: _Sequence, budget: int, cost: _StepCost, result: StepResult) -> int:
@@ -247,6 +316,8 @@ class EngineModel:
             cost.prefill_s += p.prefill_per_token_s * new_tokens
             cost.prefill_s += p.prefill_quadratic_s * new_tokens * (new_tokens + 2 * prior)
         seq.computed += new_tokens
+        if seq.shared < len(seq.hashes):
+            self._store_computed(seq)
         cost.sequences += 1
         cost.context_tokens += seq.computed
         if seq.computed == seq.context_tokens:
@@ -276,9 +347,20 @@ class EngineModel:
         self.preemptions_total += 1
         result.preempted.append(seq.req_id)
 
+    def _store_computed(self, seq: _Sequence) -> None:
+        """Store seq's blocks that are full and computed under their hashes."""
+        full = min(seq.computed // self.params.block_size, len(seq.hashes))
+        for block_hash in seq.hashes[seq.shared : full]:
+            self._free_blocks += self._cache.store(block_hash)
+        seq.shared = max(seq.shared, full)
+
     def _release(self, seq: _Sequence) -> None:
-        self._free_blocks += seq.blocks
-        seq.blocks = 0
+        # Its own blocks (the unhashed tail) become empty; stored ones stay cached, tail first.
+        if seq.hashes:
+            self._store_computed(seq)
+            self._free_blocks += self._cache.release(seq.hashes[: seq.shared])
+        self._free_blocks += seq.blocks - seq.shared
+        seq.blocks = seq.shared = 0
 
     def _blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.params.block_size)

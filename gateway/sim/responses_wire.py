@@ -7,8 +7,9 @@ Every event carries a `sequence_number`; there is no `[DONE]`.
 
 Stored responses (`store`, default true) live in this server's memory only, as vLLM keeps
 them: a restarted server knows none, and `previous_response_id` naming an unknown one is a 404
-with `param: previous_response_id`. A continued turn's prompt includes its parent's input and
-output tokens.
+with `param: previous_response_id`. A continued turn's prompt replays its parent's (prompt and
+answer, then the new input), as vLLM renders it, so the engine's prefix cache can serve the
+replayed part; usage reports the cached tokens in `input_tokens_details.cached_tokens`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.sim.wire import CompletionRequest, InvalidBody, token_text
+from gateway.sim.wire import CompletionRequest, InvalidBody, PromptDetails, prompt_text, token_text
 from gateway.sim.wire_text import event_frame, text_tokens
 
 
@@ -30,6 +31,7 @@ class StoredResponse:
     body: dict[str, Any]
     input_items: list[dict[str, Any]]
     context_tokens: int  # what a turn continuing it replays: its input and output
+    context_text: str = ""  # the same as text: its rendered prompt and its answer
 
 
 @dataclass(slots=True)
@@ -55,9 +57,10 @@ def parse_response_request(
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise InvalidBody("'max_output_tokens' must be a positive integer")
     items = _input_items(body.get("input"))
-    parent = body.get("previous_response_id")
-    context = store.get(parent).context_tokens if isinstance(parent, str) else 0
+    parent_id = body.get("previous_response_id")
+    parent = store.get(parent_id) if isinstance(parent_id, str) else None
     texts = [body.get("instructions") or ""] + [_item_text(item) for item in items]
+    context = parent.context_tokens if parent else 0
     request = CompletionRequest(
         kind="chat",
         model=model,
@@ -66,8 +69,20 @@ def parse_response_request(
         prompt_tokens=max(1, text_tokens(texts) + 4 * len(items) + context),
         max_tokens=max_tokens or default_max_tokens,
         max_tokens_given=max_tokens is not None,
+        prompt_text=_rendered(body, items, parent),
     )
     return request, ResponsesWriter(request, body, items, store)
+
+
+def _rendered(
+    body: dict[str, Any], items: list[dict[str, Any]], parent: StoredResponse | None
+) -> str:
+    """The prompt as the engine's template renders it: the parent's prompt and answer first."""
+    turns = [{"role": item.get("role", "user"), "content": _item_text(item)} for item in items]
+    if parent is None and isinstance(body.get("instructions"), str):
+        turns.insert(0, {"role": "system", "content": body["instructions"]})
+    text = prompt_text({"messages": turns}, "chat")
+    return parent.context_text + text if parent else text
 
 
 def _input_items(raw: Any) -> list[dict[str, Any]]:
@@ -100,6 +115,7 @@ class ResponsesWriter:
         self.message_id = "msg_" + request.request_id
         self.created_at = int(time.time())
         self.tokens_sent = 0
+        self.details = PromptDetails()  # the token source fills in the cached tokens
         self._sequence = 0
         self._body, self._items, self._store = body, items, store
         self._stores = body.get("store", True) is not False
@@ -148,7 +164,7 @@ class ResponsesWriter:
         prompt, output = self.request.prompt_tokens, self.tokens_sent
         return {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": self.details.cached_tokens},
             "output_tokens": output,
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + output,
@@ -184,7 +200,8 @@ class ResponsesWriter:
     def _keep(self, response: dict[str, Any]) -> None:
         if self._stores:
             context = self.request.prompt_tokens + self.tokens_sent
-            self._store.responses[self.id] = StoredResponse(response, self._items, context)
+            text = self.request.prompt_text + self.text() + "\n"
+            self._store.responses[self.id] = StoredResponse(response, self._items, context, text)
 
     def _message(self, status: str, text: str) -> dict[str, Any]:
         content = [_text_part(text)] if text or status == "completed" else []

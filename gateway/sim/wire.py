@@ -5,6 +5,10 @@ and the first content token together, `finish_reason` rides on the last content 
 `separate_finish`, on an extra empty-delta chunk as OpenAI's own API sends it),
 `stream_options.include_usage` adds a final chunk with `choices: []` and `usage`, and the
 stream ends with `data: [DONE]`. Output text is deterministic: token i is `token_text(i)`.
+
+`prompt_text` renders what the engine's prefix cache hashes: chat messages through a minimal
+template whose generation prompt opens the assistant turn (`<|user|>\nhi\n<|assistant|>\n`),
+so a later turn that replays an answer begins with the earlier prompt followed by that answer.
 """
 
 from __future__ import annotations
@@ -35,11 +39,30 @@ class CompletionRequest:
     prompt_tokens: int
     max_tokens: int
     max_tokens_given: bool
+    prompt_text: str = ""
+    cache_salt: str | None = None  # vLLM's per-request key for the prefix cache
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@dataclass(slots=True)
+class PromptDetails:
+    """What serving the request learnt about its prompt (usage.prompt_tokens_details)."""
+
+    cached_tokens: int = 0
+
+
+# How usage reports prompt_tokens_details: never; only when some tokens were cached (vLLM with
+# --enable-prompt-tokens-details tests `num_cached_tokens` for truth); always (OpenAI).
+DetailsMode = Literal["off", "nonzero", "always"]
 
 
 def token_text(index: int) -> str:
     return _WORDS[index % len(_WORDS)]
+
+
+def output_text(tokens: int) -> str:
+    """The text of a completion's first `tokens` output tokens."""
+    return "".join(token_text(i) for i in range(tokens))
 
 
 def sse(payload: dict[str, Any]) -> bytes:
@@ -62,6 +85,7 @@ def parse_completion(body: Any, kind: Kind, *, default_max_tokens: int) -> Compl
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise InvalidBody("'max_tokens' must be a positive integer")
     options = body.get("stream_options") or {}
+    salt = body.get("cache_salt")
     return CompletionRequest(
         kind=kind,
         model=model,
@@ -70,6 +94,8 @@ def parse_completion(body: Any, kind: Kind, *, default_max_tokens: int) -> Compl
         prompt_tokens=estimate_prompt_tokens(body, kind),
         max_tokens=max_tokens or default_max_tokens,
         max_tokens_given=max_tokens is not None,
+        prompt_text=prompt_text(body, kind),
+        cache_salt=salt if isinstance(salt, str) and salt else None,
     )
 
 
@@ -91,6 +117,22 @@ def estimate_prompt_tokens(body: dict[str, Any], kind: Kind) -> int:
     raise InvalidBody("'prompt' must be a string, a list of strings or a list of token ids")
 
 
+def prompt_text(body: dict[str, Any], kind: Kind) -> str:
+    """The prompt as text: chat through the template; a token id as 4 hex digits (4 chars)."""
+    if kind == "chat":
+        turns = "".join(f"<|{_role(m)}|>\n{_message_text(m)}\n" for m in body["messages"])
+        return turns + "<|assistant|>\n"
+    prompt = body["prompt"]
+    if isinstance(prompt, str):
+        return prompt
+    return "".join(f"{t % 65536:04x}" if isinstance(t, int) else t for t in prompt)
+
+
+def _role(message: dict[str, Any]) -> str:
+    role, name = message.get("role"), message.get("name")
+    return f"{role}:{name}" if isinstance(name, str) and name else str(role)
+
+
 def _message_text(message: Any) -> str:
     if not isinstance(message, dict):
         raise InvalidBody("each message must be an object")
@@ -105,9 +147,17 @@ def _message_text(message: Any) -> str:
 class CompletionWriter:
     """Builds the chunks and bodies of one completion."""
 
-    def __init__(self, request: CompletionRequest, *, separate_finish: bool = False) -> None:
+    def __init__(
+        self,
+        request: CompletionRequest,
+        *,
+        separate_finish: bool = False,
+        details_mode: DetailsMode = "off",
+    ) -> None:
         self.request = request
         self.separate_finish = separate_finish
+        self.details_mode = details_mode
+        self.details = PromptDetails()  # the token source fills it in while serving
         prefix = "chatcmpl-" if request.kind == "chat" else "cmpl-"
         self.id = prefix + request.request_id
         self.created = int(time.time())
@@ -134,7 +184,7 @@ class CompletionWriter:
         return sse(usage_chunk) + DONE
 
     def body(self) -> dict[str, Any]:
-        text = "".join(token_text(i) for i in range(self.tokens_sent))
+        text = output_text(self.tokens_sent)
         if self.request.kind == "chat":
             choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
         else:
@@ -142,13 +192,19 @@ class CompletionWriter:
         choice |= {"logprobs": None, "finish_reason": self.finish_reason}
         return self._envelope(streaming=False) | {"choices": [choice], "usage": self.usage()}
 
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict[str, Any]:
         prompt = self.request.prompt_tokens
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": self.tokens_sent,
             "total_tokens": prompt + self.tokens_sent,
         }
+        cached = self.details.cached_tokens
+        if self.details_mode == "always":
+            usage["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
+        elif self.details_mode == "nonzero" and cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        return usage
 
     def _delta(self, index: int) -> dict[str, str] | str:
         if self.request.kind == "completion":

@@ -60,10 +60,6 @@ class Background:
         if not task.cancelled() and task.exception() is not None:
             log.warning("background task failed: %r", task.exception())
 
-    @property
-    def pending(self) -> int:
-        return len(self._tasks)
-
     async def drain(self, timeout_s: float = 5.0) -> None:
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)

@@ -55,7 +55,3 @@ class KeySpace:
 
     def response_owner(self, response_id: str) -> str:
         return f"{self.prefix}{{resp:{response_id}}}:owner"
-
-    def pattern(self) -> str:
-        """A SCAN pattern for every key under this prefix (admin and tests)."""
-        return f"{self.prefix}*"

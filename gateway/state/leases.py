@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from gateway.state.background import Background, run_now
+from gateway.state.resilient import writes_at_once
 from gateway.state.store import StatsStore
-from gateway.state.view import SharedView, writes_at_once
+from gateway.state.view import SharedView
 from gateway.telemetry.metrics import Metrics
 
 
@@ -57,12 +59,16 @@ class LeaseBook:
         metrics: Metrics,
         background: Background,
         ttl_s: float,
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """`clock`: wall time (unix s) the leases' expiries are stamped with."""
         self.store = store
         self.view = view
         self.metrics = metrics
         self.background = background
         self.ttl_s = ttl_s  # outlives any sane request; a dead replica's leases expire
+        self.clock = clock
         self.local = LocalLeases(view)
         # The shared takes: a task to chain the drop after, or None when written at once.
         self._taking: dict[tuple[str, str], asyncio.Task[int] | None] = {}
@@ -73,13 +79,14 @@ class LeaseBook:
         """Lease `endpoint_id` for a request whose KV footprint is `tokens`."""
         self.local.take(endpoint_id, request_id, tokens)
         self.metrics.in_flight.labels(endpoint_id).inc()
-        acquiring = self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=time.time())
+        now = self.clock()
+        acquiring = self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=now)
         if self._at_once:
             run_now(acquiring)
             self._taking[(endpoint_id, request_id)] = None
         else:
             self._taking[(endpoint_id, request_id)] = self.background.spawn(acquiring)
-        self._refreshed_at[(endpoint_id, request_id)] = time.time()
+        self._refreshed_at[(endpoint_id, request_id)] = now
 
     def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int:
         return self.local.in_flight_when_taken(endpoint_id, request_id)
@@ -94,31 +101,31 @@ class LeaseBook:
             return
         self.metrics.in_flight.labels(endpoint_id).dec()
         if taking is None:  # the take is written already
-            run_now(self.store.release(endpoint_id, request_id, now=time.time()))
+            run_now(self.store.release(endpoint_id, request_id, now=self.clock()))
         else:
             self.background.spawn(self._drop(endpoint_id, request_id, taking))
 
     async def _drop(self, endpoint_id: str, request_id: str, taking: asyncio.Task[int]) -> None:
         if not taking.done():  # usually done by now: asyncio.wait costs a future and callbacks
             await asyncio.wait({taking})
-        await self.store.release(endpoint_id, request_id, now=time.time())
+        await self.store.release(endpoint_id, request_id, now=self.clock())
 
     async def run(self) -> None:
-        """Owned by the app lifespan: refresh every lease held past a third of its TTL."""
-        period_s = self.ttl_s / 3
+        """Owned by the app lifespan: every third of the TTL, `renew` what is due."""
         while True:
-            await asyncio.sleep(period_s)
-            now = time.time()
-            for key, taken_at in list(self._refreshed_at.items()):
-                if now - taken_at >= period_s:
-                    self._refreshed_at[key] = now
-                    self.background.spawn(self._refresh(*key, now))
+            await asyncio.sleep(self.ttl_s / 3)
+            self.renew(self.clock())
+
+    def renew(self, now: float) -> None:
+        """Take again, in the background, every lease last taken a third of its TTL or more
+        before `now`."""
+        period_s = self.ttl_s / 3
+        for key, taken_at in list(self._refreshed_at.items()):
+            if now - taken_at >= period_s:
+                self._refreshed_at[key] = now
+                self.background.spawn(self._refresh(*key, now))
 
     async def _refresh(self, endpoint_id: str, request_id: str, now: float) -> None:
         await self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=now)
         if (endpoint_id, request_id) not in self._taking:  # dropped meanwhile: undo
-            await self.store.release(endpoint_id, request_id, now=time.time())
-
-    @property
-    def held(self) -> int:
-        return len(self._taking)
+            await self.store.release(endpoint_id, request_id, now=self.clock())

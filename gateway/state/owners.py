@@ -3,7 +3,7 @@
 Two stores keep one contract (tests/contract/test_response_owners.py): `MemoryOwnerStore` for
 one replica, `RedisOwnerStore` for many (one command per call: SET PX, GET, DEL; the key from
 gateway/state/keys.py). While Redis fails to answer within the timeout, calls are served from
-this replica's memory, as the stats store degrades (gateway/state/view.py): an owner written
+this replica's memory, as the stats store degrades (gateway/state/resilient.py): an owner written
 then is known here only.
 """
 
@@ -17,8 +17,8 @@ from redis.asyncio import Redis
 
 from gateway.state.keys import KeySpace, ttl_ms
 from gateway.state.redis_store import FAILURES, RedisStatsStore
+from gateway.state.resilient import ResilientStore
 from gateway.state.store import StatsStore
-from gateway.state.view import ResilientStore
 
 MEMORY_CAPACITY = 100_000  # owners kept in memory; the oldest go first
 

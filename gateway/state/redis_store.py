@@ -95,11 +95,6 @@ class RedisStatsStore:
             name: client.register_script(_script_source(name)) for name in SCRIPTS
         }
 
-    @classmethod
-    def from_url(cls, url: str, **options: Any) -> RedisStatsStore:
-        """A store owning a client for `url`; `options` go to the store, not the client."""
-        return cls(Redis.from_url(url), owns_client=True, **options)
-
     async def acquire(self, endpoint_id: str, request_id: str, *, ttl_s: float, now: float) -> int:
         _, count = await self._lease(self.keys.leases(endpoint_id), request_id, ttl_s, now)
         return count

@@ -11,7 +11,6 @@ A batch that fails is handed back (`on_failed`) to be served locally and replaye
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 
 from gateway.state.redis_store import FAILURES, RedisStatsStore, Write
@@ -37,6 +36,7 @@ class WriteBehind:
         self._queue: list[Write] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     def submit(self, write: Write) -> None:
         """Queued at once; the flusher starts with the first write (the loop is running then)."""
@@ -46,15 +46,12 @@ class WriteBehind:
             if self._task is None:
                 self._task = asyncio.get_running_loop().create_task(self._run())
 
-    @property
-    def pending(self) -> int:
-        return len(self._queue)
-
     async def _run(self) -> None:
-        while True:
+        while not self._closing:
             await self._wake.wait()
             self._wake.clear()
-            await asyncio.sleep(self.flush_s)
+            if not self._closing:
+                await asyncio.sleep(self.flush_s)  # let a batch gather
             try:
                 await self.flush()
             except Exception as exc:  # a bug must not stop every later write
@@ -67,9 +64,6 @@ class WriteBehind:
         try:
             async with asyncio.timeout(self.timeout_s):
                 replies = await self.store.write_batch(batch)
-        except asyncio.CancelledError:
-            self._queue[:0] = batch  # stopped mid-flush (`close`): sent again by the last flush
-            raise
         except FAILURES as exc:
             # Unknown which writes landed: each is idempotent on Redis (a lease is a sorted-set
             # member) except an observation, which is then kept locally only.
@@ -82,10 +76,13 @@ class WriteBehind:
             )
 
     async def close(self) -> None:
-        """Flush what is queued, then stop the flusher."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        """Flush what is queued, then stop the flusher. It is told to stop, not cancelled: a
+        flush cut short could not tell which of its writes landed, and redis-py does not always
+        let a cancellation through a pipeline (seen: `execute` returned, the task went on), so
+        awaiting a cancelled flusher could wait forever. Its last flush is bounded by the
+        timeout like any other."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
         await self.flush()

@@ -12,7 +12,8 @@ from redis.crc import key_slot
 
 from gateway.state.breaker import BreakerPolicy
 from gateway.state.redis_store import SCRIPTS, RedisStatsStore, Write
-from gateway.state.store import LatencySample, TenantQuota
+from gateway.state.store import TenantQuota
+from tests.contract.conftest import sample
 
 pytestmark = pytest.mark.redis
 NOW = 1_000_000.0
@@ -36,20 +37,6 @@ async def counted(redis_url: str, key_prefix: str) -> AsyncIterator[RedisStatsSt
     yield store
     await store.close()
     await pool.aclose()
-
-
-def sample(at_s: float) -> LatencySample:
-    return LatencySample(
-        at_s=at_s,
-        ok=True,
-        status=200,
-        prompt_tokens=300,
-        output_tokens=20,
-        ttft_s=0.2,
-        tpot_s=0.03,
-        e2e_s=0.8,
-        in_flight=2,
-    )
 
 
 async def round_trips(store: RedisStatsStore, operation: Any) -> int:

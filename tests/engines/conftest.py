@@ -1,7 +1,8 @@
-"""Fixtures of the real-engine tier: one vLLM server for the session, gateways in front of it.
+"""Fixtures of the real-engine tier: one vLLM server for the tier, gateways in front of it.
 
-The server is session-scoped because starting vLLM costs 30-100 s; tests leave it idle (they
-wait for their requests to end) so the next test finds an empty engine. Without the engine
+The server is package-scoped: starting vLLM costs 30-100 s, so the tier shares one, and it stops
+when the tier's last test ends rather than idling beside the rest of the suite. Tests leave it
+idle (they wait for their requests to end) so the next test finds an empty engine. Without the engine
 venv every test here skips, naming the command that builds it.
 """
 
@@ -36,7 +37,7 @@ def model(venv: Path) -> Path:
     return tiny_model(venv)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm(venv: Path, model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     scratch = tmp_path_factory.mktemp("vllm")
     with VllmServer(venv, model, scratch, ServeParams(kv_cache_tokens=KV_CACHE_TOKENS)) as server:

@@ -174,3 +174,14 @@ def test_version_and_beta_are_forwarded_and_the_key_replaced(key_header: str) ->
         assert sent["x-api-key"] == PROVIDER_KEY and "authorization" not in sent
     else:
         assert sent["authorization"] == f"Bearer {PROVIDER_KEY}" and "x-api-key" not in sent
+
+
+def test_a_repeated_prompt_reads_the_cache(gateway_url: str) -> None:
+    client = sdk(gateway_url, "api_key")
+    messages = [{"role": "user", "content": "A long shared document. " * 40}]
+    first = client.messages.create(model=PUBLIC_MODEL, max_tokens=2, messages=messages)  # type: ignore[arg-type]
+    again = client.messages.create(model=PUBLIC_MODEL, max_tokens=2, messages=messages)  # type: ignore[arg-type]
+    assert first.usage.cache_read_input_tokens == 0
+    assert again.usage.cache_read_input_tokens and again.usage.cache_read_input_tokens > 100
+    total = again.usage.input_tokens + again.usage.cache_read_input_tokens
+    assert total == first.usage.input_tokens

@@ -224,3 +224,13 @@ def test_the_switch_returns_the_upstream_name() -> None:
     assert events[0].response.model == ENGINE_MODEL  # type: ignore[union-attr]
     assert chat.parse().model == ENGINE_MODEL
     assert chat.headers["x-slo-gateway-upstream-model"] == ENGINE_MODEL
+
+
+def test_a_continued_turn_is_served_partly_from_the_engines_prefix_cache(two_engines: str) -> None:
+    client = sdk(two_engines)
+    long_input = "Tell me about the sea. " * 40  # several KV blocks of prompt
+    first = client.responses.create(model=PUBLIC_MODEL, input=long_input)
+    turn = client.responses.create(model=PUBLIC_MODEL, input="More.", previous_response_id=first.id)
+    assert first.usage is not None and turn.usage is not None
+    cached = turn.usage.input_tokens_details.cached_tokens
+    assert cached >= first.usage.input_tokens // 2  # the replayed prompt was cached

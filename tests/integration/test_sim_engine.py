@@ -138,10 +138,14 @@ async def test_metrics_parse_and_use_real_vllm_names(engine: httpx.AsyncClient) 
     assert samples[("vllm:generation_tokens_total", None)].value == 3
     assert samples[("vllm:time_to_first_token_seconds_count", None)].value == 1
     assert samples[("vllm:inter_token_latency_seconds_count", None)].value == 2
+    assert samples[("vllm:prefix_cache_queries_total", None)].value == 5
+    assert samples[("vllm:prefix_cache_hits_total", None)].value == 0
     config = samples[("vllm:cache_config_info", None)].labels
     assert (config["block_size"], config["num_gpu_blocks"]) == ("16", "2048")
+    assert (config["kv_cache_size_tokens"], config["enable_prefix_caching"]) == ("32768", "True")
     assert config["model_name"] == MODEL and config["engine"] == "0"
     assert "vllm:gpu_cache_usage_perc" not in text
+    assert "vllm:gpu_prefix_cache_hits" not in text
 
 
 def test_legacy_metrics_add_v0_names() -> None:
@@ -150,6 +154,73 @@ def test_legacy_metrics_add_v0_names() -> None:
         text = httpx.get(server.base_url + "/metrics").text
     names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     assert {"vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"} <= names
+    legacy_prefix = {
+        "vllm:gpu_prefix_cache_queries_total",
+        "vllm:gpu_prefix_cache_hits_total",
+        "vllm:gpu_prefix_cache_hit_rate",
+    }
+    assert legacy_prefix | {"vllm:prefix_cache_hits_total"} <= names
+
+
+LONG = "x" * 4000  # 1,004 prompt tokens as one chat message: 62 full blocks and a bit
+
+
+async def usage_of(engine: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
+    if not body.get("stream"):
+        usage: dict[str, Any] = (await engine.post("/v1/chat/completions", json=body)).json()
+        return usage["usage"]
+    async with engine.stream("POST", "/v1/chat/completions", json=body) as response:
+        data = await sse_events(response)
+    last: dict[str, Any] = json.loads(data[-2])
+    return last["usage"]
+
+
+async def test_cached_tokens_come_back_in_whole_and_streamed_answers(
+    engine: httpx.AsyncClient,
+) -> None:
+    whole = chat(LONG, max_tokens=2)
+    streamed = whole | {"stream": True, "stream_options": {"include_usage": True}}
+    cold = await usage_of(engine, whole)
+    assert (
+        cold["prompt_tokens"] == 1004 and "prompt_tokens_details" not in cold
+    )  # vLLM: 0 is left out
+    assert (await usage_of(engine, whole))["prompt_tokens_details"] == {"cached_tokens": 992}
+    assert (await usage_of(engine, streamed))["prompt_tokens_details"] == {"cached_tokens": 992}
+    text = (await engine.get("/metrics")).text
+    samples = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples["vllm:prefix_cache_queries_total"] == 3 * 1004
+    assert samples["vllm:prefix_cache_hits_total"] == 2 * 992
+
+
+async def test_the_next_turn_hits_the_previous_answer(engine: httpx.AsyncClient) -> None:
+    first = await engine.post("/v1/chat/completions", json=chat(LONG, max_tokens=200))
+    answer = first.json()["choices"][0]["message"]
+    turns = [{"role": "user", "content": LONG}, answer, {"role": "user", "content": "go on"}]
+    second = {"model": MODEL, "messages": turns, "max_tokens": 2}
+    cached = (await usage_of(engine, second))["prompt_tokens_details"]["cached_tokens"]
+    # Turn 1 computed 1,004 + 200 - 1 tokens: 75 full blocks, all within turn 2's text
+    # (4,024 characters of prompt and 880 of answer: 76 blocks of 64 characters).
+    assert cached == 75 * 16
+
+
+async def test_a_cache_salt_keeps_requests_apart(engine: httpx.AsyncClient) -> None:
+    await usage_of(engine, chat(LONG, max_tokens=2, cache_salt="tenant-a"))
+    other = await usage_of(engine, chat(LONG, max_tokens=2, cache_salt="tenant-b"))
+    same = await usage_of(engine, chat(LONG, max_tokens=2, cache_salt="tenant-a"))
+    assert "prompt_tokens_details" not in other
+    assert same["prompt_tokens_details"] == {"cached_tokens": 992}
+
+
+async def test_prefix_caching_off_never_reports_cached_tokens() -> None:
+    app = create_engine_app(EngineServerParams(enable_prefix_caching=False))
+    async with serve_app(app) as base_url, httpx.AsyncClient(base_url=base_url) as client:
+        for _ in range(2):
+            assert "prompt_tokens_details" not in await usage_of(client, chat(LONG, max_tokens=2))
+        text = (await client.get("/metrics")).text
+    config = next(
+        f for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info"
+    )
+    assert config.samples[0].labels["enable_prefix_caching"] == "False"
 
 
 async def test_error_fault_answers_500_before_any_byte(engine: httpx.AsyncClient) -> None:

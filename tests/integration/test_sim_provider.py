@@ -128,3 +128,52 @@ async def test_slowdown_at_s_applies_only_after_the_delay(provider: httpx.AsyncC
     before = await duration_s()
     await asyncio.sleep(0.3)
     assert await duration_s() > 3 * before
+
+
+async def test_usage_always_carries_cached_tokens_openai_style(
+    provider: httpx.AsyncClient,
+) -> None:
+    def long_chat(tail: str, **extra: Any) -> dict[str, Any]:
+        content = "y" * 6000 + tail  # 1,504+ tokens: 11 blocks of 128 tokens and a bit
+        return chat(max_tokens=2, **extra) | {"messages": [{"role": "user", "content": content}]}
+
+    async def usage(body: dict[str, Any]) -> dict[str, Any]:
+        response = await provider.post("/v1/chat/completions", json=body)
+        parts = response.text.split("\n\n")[:-1] if body.get("stream") else []
+        answer = json.loads(parts[-2][len("data: ") :]) if parts else response.json()
+        return dict(answer["usage"])
+
+    short = await usage(chat(max_tokens=2))
+    assert short["prompt_tokens_details"] == {"cached_tokens": 0, "audio_tokens": 0}
+    assert (await usage(long_chat("a")))["prompt_tokens_details"]["cached_tokens"] == 0
+    assert (await usage(long_chat("b")))["prompt_tokens_details"]["cached_tokens"] == 11 * 128
+    streamed = long_chat("c", stream=True, stream_options={"include_usage": True})
+    assert (await usage(streamed))["prompt_tokens_details"]["cached_tokens"] == 11 * 128
+    assert (await provider.get("/sim/stats")).json()["cached_tokens_total"] == 22 * 128
+
+
+async def test_prompt_caching_off_reports_zero() -> None:
+    params = ProviderParams.model_validate(FAST | {"api_key": KEY, "prompt_caching": False})
+    body = chat(max_tokens=1) | {"messages": [{"role": "user", "content": "y" * 6000}]}
+    async with serve_app(create_provider_app(params)) as base_url:
+        headers = {"authorization": f"Bearer {KEY}"}
+        async with httpx.AsyncClient(base_url=base_url, headers=headers) as client:
+            for _ in range(2):
+                answer = (await client.post("/v1/chat/completions", json=body)).json()
+                assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+async def test_a_cached_prefix_shortens_the_first_token() -> None:
+    slow_prefill = FAST | {"api_key": KEY, "ttft_per_prompt_token_s": 2e-4}
+    params = ProviderParams.model_validate(slow_prefill)
+    body = chat(max_tokens=1) | {"messages": [{"role": "user", "content": "y" * 6000}]}
+    async with serve_app(create_provider_app(params)) as base_url:
+        headers = {"authorization": f"Bearer {KEY}"}
+        async with httpx.AsyncClient(base_url=base_url, headers=headers) as client:
+            durations_s = []
+            for _ in range(2):
+                start = time.monotonic()
+                await client.post("/v1/chat/completions", json=body)
+                durations_s.append(time.monotonic() - start)
+    cold_s, warm_s = durations_s  # prefill 1,504 tokens (0.30 s), then 96 of them (0.02 s)
+    assert cold_s > 0.3 and warm_s < cold_s - 0.2

@@ -77,8 +77,10 @@ def test_a_long_prompt_goes_to_the_fastest_prefill_even_when_a_short_one_does_no
             endpoint("slow-prefill", slow_url, price={"input_per_1m": 0.1, "output_per_1m": 0.2}),
         ]
         with running_gateway(config(endpoints)) as gateway:  # round robin while warming up
-            for length in [100, 1500] * 6:
-                warmup = chat(gateway.base_url, "w" * 4 * length, stream=True)  # streams: TTFT
+            for i, length in enumerate([100, 1500] * 6):
+                # Unique prompts (the engines cache prefixes): each warm-up measures a cold prefill.
+                prompt = f"{i:04d}" + "w" * 4 * length
+                warmup = chat(gateway.base_url, prompt, stream=True)  # streams: TTFT
                 assert warmup.status_code == 200
             runtime_of(gateway).apply(parse_config(config(endpoints, policy=SLO_AWARE)))
             assert eventually(lambda: _warm(gateway.base_url), 5)

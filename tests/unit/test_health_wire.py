@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -191,7 +192,8 @@ async def test_run_survives_an_unreachable_store_and_logs_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     server, url = upstream
-    store = RedisStatsStore.from_url(f"redis://127.0.0.1:{free_port()}/0")  # nobody listens
+    nobody_listens = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    store = RedisStatsStore(nobody_listens, owns_client=True)
     sleep = ParkingSleep(rounds=3)
     checker = HealthChecker([endpoint("e1", "vllm", url)], store, client, sleep=sleep)
     with caplog.at_level(logging.WARNING, logger="slo_gateway"):

@@ -1,9 +1,6 @@
-"""Leases outlive their TTL while held (refreshed), and vanish once dropped."""
+"""Leases outlive their TTL while held (renewed), and vanish once dropped; time is injected."""
 
 from __future__ import annotations
-
-import asyncio
-import time
 
 from gateway.state.background import Background
 from gateway.state.leases import LeaseBook
@@ -11,33 +8,68 @@ from gateway.state.memory_store import MemoryStatsStore
 from gateway.state.view import SharedView
 from gateway.telemetry.metrics import Metrics
 
+T0 = 1_000_000.0
+TTL_S = 30.0
 
-async def shared_count(store: MemoryStatsStore) -> int:
-    return (await store.read_in_flight(["e"], now=time.time()))["e"]
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lease_book(store: MemoryStatsStore, clock: Clock, background: Background) -> LeaseBook:
+    view = SharedView(store, ["e"], 0.1, clock=clock)
+    return LeaseBook(store, view, Metrics(), background, ttl_s=TTL_S, clock=clock)
+
+
+async def shared_count(store: MemoryStatsStore, now: float) -> int:
+    return (await store.read_in_flight(["e"], now=now))["e"]
 
 
 async def test_a_lease_held_past_its_ttl_stays_counted_until_dropped() -> None:
-    store = MemoryStatsStore()
-    background = Background()
-    leases = LeaseBook(store, SharedView(store, ["e"], 0.1), Metrics(), background, ttl_s=0.3)
-    refreshing = asyncio.create_task(leases.run())
-    try:
-        leases.take("e", "long-stream", tokens=100)
-        await asyncio.sleep(0.75)  # 2.5 TTLs
-        assert await shared_count(store) == 1
-        leases.drop("e", "long-stream")
+    store, clock, background = MemoryStatsStore(), Clock(), Background()
+    leases = lease_book(store, clock, background)
+    leases.take("e", "long-stream", tokens=100)
+    for _ in range(8):  # renewed each third of the TTL, as `run` does: 2.7 TTLs in all
+        clock.now += TTL_S / 3
+        leases.renew(clock.now)
         await background.drain()
-        assert await shared_count(store) == 0
-    finally:
-        refreshing.cancel()
+        assert await shared_count(store, clock.now) == 1
+    leases.drop("e", "long-stream")
+    await background.drain()
+    assert await shared_count(store, clock.now) == 0
 
 
-async def test_without_refresh_a_lease_expires_after_its_ttl() -> None:
+async def test_a_lease_is_renewed_only_once_a_third_of_its_ttl_has_passed() -> None:
+    store, clock, background = MemoryStatsStore(), Clock(), Background()
+    leases = lease_book(store, clock, background)
+    leases.take("e", "stream", tokens=100)
+    leases.renew(T0 + TTL_S / 3 - 0.01)
+    await background.drain()
+    assert await shared_count(store, T0 + TTL_S) == 0  # not renewed: expired at its TTL
+    leases.renew(T0 + TTL_S / 3)
+    await background.drain()
+    assert await shared_count(store, T0 + TTL_S) == 1
+
+
+async def test_a_lease_dropped_while_its_renewal_runs_stays_dropped() -> None:
+    store, clock, background = MemoryStatsStore(), Clock(), Background()
+    leases = lease_book(store, clock, background)
+    leases.take("e", "short", tokens=100)
+    clock.now += TTL_S / 3
+    leases.renew(clock.now)  # the renewal is spawned, not run yet
+    leases.drop("e", "short")
+    await background.drain()
+    assert await shared_count(store, clock.now) == 0
+
+
+async def test_without_renewal_a_lease_expires_after_its_ttl() -> None:
     """The contrast: what a crashed replica's leases do (and what `run` prevents)."""
-    store = MemoryStatsStore()
-    leases = LeaseBook(store, SharedView(store, ["e"], 0.1), Metrics(), Background(), ttl_s=0.3)
+    store, clock = MemoryStatsStore(), Clock()
+    leases = lease_book(store, clock, Background())
     leases.take("e", "orphan", tokens=100)
-    await asyncio.sleep(0.01)
-    assert await shared_count(store) == 1
-    await asyncio.sleep(0.4)
-    assert await shared_count(store) == 0
+    assert await shared_count(store, T0 + TTL_S - 0.01) == 1
+    assert await shared_count(store, T0 + TTL_S) == 0

@@ -166,28 +166,45 @@ def test_params_reject_a_context_larger_than_the_pool() -> None:
         EngineParams(num_gpu_blocks=10, max_model_len=1000)
 
 
-@settings(max_examples=60, deadline=None)
+def chain(name: str, blocks: int) -> tuple[int, ...]:
+    return tuple(hash((name, i)) for i in range(blocks))
+
+
+@settings(max_examples=80, deadline=None)
 @given(
     requests=st.lists(
-        st.tuples(st.integers(1, 100), st.integers(1, 60), st.booleans()), min_size=1, max_size=30
+        st.tuples(
+            st.integers(1, 100), st.integers(1, 60), st.none() | st.integers(0, 3), st.booleans()
+        ),
+        min_size=1,
+        max_size=30,
     ),
     num_gpu_blocks=st.integers(10, 40),
     max_num_seqs=st.integers(1, 8),
     budget=st.integers(1, 256),
+    prefix_caching=st.booleans(),
 )
 def test_invariants_hold_for_any_workload(
-    requests: list[tuple[int, int, bool]], num_gpu_blocks: int, max_num_seqs: int, budget: int
+    requests: list[tuple[int, int, int | None, bool]],
+    num_gpu_blocks: int,
+    max_num_seqs: int,
+    budget: int,
+    prefix_caching: bool,
 ) -> None:
     params = EngineParams(
         num_gpu_blocks=num_gpu_blocks,
         max_model_len=160,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=budget,
+        enable_prefix_caching=prefix_caching,
     )
     model = EngineModel(params)
-    for i, (prompt, output, _) in enumerate(requests):
-        model.submit(f"r{i}", prompt, output)
-    cancel_at = {f"r{i}": 3 * i for i, (_, _, cancel) in enumerate(requests) if cancel}
+    for i, (prompt, output, group, _) in enumerate(requests):
+        # A group's requests share their first two blocks, then differ; None: no hashes.
+        own = chain(f"r{i}", (prompt + output) // 16)
+        hashes = () if group is None else chain(f"g{group}", 2) + own
+        model.submit(f"r{i}", prompt, output, hashes)
+    cancel_at = {f"r{i}": 3 * i for i, (*_, cancel) in enumerate(requests) if cancel}
     indices: dict[str, list[int]] = {}
     for step in range(20_000):
         if not model.has_work:
@@ -200,8 +217,10 @@ def test_invariants_hold_for_any_workload(
         assert result.duration_s >= 0
         for req_id, index in result.tokens_emitted:
             indices.setdefault(req_id, []).append(index)
-    assert not model.has_work and model.snapshot().used_blocks == 0
-    for i, (_, output, _) in enumerate(requests):
+    snap = model.snapshot()
+    assert not model.has_work and snap.used_blocks == 0
+    assert snap.prefix_cache_hits_total <= snap.prefix_cache_queries_total
+    for i, (_, output, _, _) in enumerate(requests):
         got = indices.get(f"r{i}", [])
         assert got == list(range(len(got)))  # in order, never repeated after a preemption
         if f"r{i}" not in cancel_at:

@@ -13,9 +13,12 @@ from gateway.sim.wire import (
     DONE,
     CompletionRequest,
     CompletionWriter,
+    DetailsMode,
     InvalidBody,
     embeddings_body,
+    output_text,
     parse_completion,
+    prompt_text,
 )
 
 
@@ -65,6 +68,41 @@ def test_separate_finish_chunk_has_an_empty_delta() -> None:
     choices = [c["choices"][0] for c in chunks]
     assert [c["finish_reason"] for c in choices] == [None, None, "length"]
     assert choices[-1]["delta"] == {}
+
+
+def test_a_later_turn_renders_as_the_first_prompt_followed_by_its_answer() -> None:
+    user = {"role": "user", "content": "hi"}
+    answer = {"role": "assistant", "content": output_text(3)}
+    first = prompt_text({"messages": [user]}, "chat")
+    later = prompt_text({"messages": [user, answer, user]}, "chat")
+    assert first == "<|user|>\nhi\n<|assistant|>\n"
+    assert later.startswith(first + "The quick brown")
+
+
+def test_completion_prompts_render_as_their_text() -> None:
+    assert prompt_text({"prompt": "abc"}, "completion") == "abc"
+    assert prompt_text({"prompt": ["ab", "c"]}, "completion") == "abc"
+    assert prompt_text({"prompt": [1, 70000]}, "completion") == "00011170"  # 4 chars a token
+
+
+@pytest.mark.parametrize(
+    ("mode", "cached", "details"),
+    [
+        ("off", 32, None),
+        ("nonzero", 0, None),
+        ("nonzero", 32, {"cached_tokens": 32}),
+        ("always", 0, {"cached_tokens": 0, "audio_tokens": 0}),
+    ],
+)
+def test_usage_reports_prompt_tokens_details_by_mode(
+    mode: DetailsMode, cached: int, details: dict[str, int] | None
+) -> None:
+    writer = CompletionWriter(
+        CompletionRequest("chat", "m", True, True, 50, 1, True), details_mode=mode
+    )
+    writer.details.cached_tokens = cached
+    assert writer.usage().get("prompt_tokens_details") == details
+    assert writer.body()["usage"] == writer.usage()
 
 
 def test_embeddings_are_deterministic_unit_vectors() -> None:
