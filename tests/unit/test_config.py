@@ -94,3 +94,17 @@ def test_load_config_reports_bad_yaml(tmp_path: Path) -> None:
     path.write_text("endpoints: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(path)
+
+
+def test_apis_default_by_kind_and_an_unknown_api_is_an_error() -> None:
+    data = minimal()
+    hosted = data["endpoints"][0] | {"id": "hosted", "kind": "openai"}
+    claude = hosted | {"id": "claude", "apis": ["messages"], "api_key_header": "x-api-key"}
+    data["endpoints"] += [hosted, claude]
+    endpoints = {e.id: e for e in parse_config(data).endpoints}
+    assert endpoints["vllm-a"].apis == ["chat", "responses", "messages"]
+    assert endpoints["hosted"].apis == ["chat", "responses"]
+    assert endpoints["claude"].apis == ["messages"]
+    data["endpoints"][0]["apis"] = ["graphql"]
+    with pytest.raises(ConfigError, match="apis"):
+        parse_config(data)
