@@ -1,9 +1,9 @@
 """Fixtures of the real-engine tier: one vLLM server for the tier, gateways in front of it.
 
 The server is package-scoped: starting vLLM costs 30-100 s, so the tier shares one, and it
-stops when the tier's last test ends rather than idling beside the rest of the suite. Tests leave it
-idle (they wait for their requests to end) so the next test finds an empty engine. Without the engine
-venv every test here skips, naming the command that builds it.
+stops when the tier's last test ends rather than idling beside the rest of the suite. Tests
+leave it idle (they wait for their requests to end) so the next test finds an empty engine.
+Without the engine venv every test here skips, naming the command that builds it.
 """
 
 from __future__ import annotations
