@@ -96,7 +96,6 @@ class EndpointSnapshot(NamedTuple):
 
     endpoint_id: str
     kind: EndpointKind
-    healthy: bool = True
     in_flight: int = 0  # gateway-wide leases on this endpoint (all replicas)
     in_flight_tokens: int = 0  # KV footprint (prompt + max output) of this replica's in-flight
     max_concurrency: int | None = None

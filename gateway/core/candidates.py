@@ -59,7 +59,6 @@ def snapshot(
     return EndpointSnapshot(
         endpoint.id,
         endpoint.kind,
-        True,
         in_flight,
         local_tokens[endpoint.id],
         endpoint.max_concurrency,
