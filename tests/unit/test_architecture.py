@@ -40,9 +40,9 @@ def test_core_reads_no_clock() -> None:
                 module = getattr(node, "module", None) or ""
                 if "time" in names or module == "time":
                     reads.append(f"{path.name}:{node.lineno} imports time")
-            if isinstance(node, ast.Attribute) and node.attr in CLOCK_READS:
-                if isinstance(node.value, ast.Name) and node.value.id in {"time", "datetime"}:
-                    reads.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
+            clock = isinstance(node, ast.Attribute) and node.attr in CLOCK_READS
+            if clock and isinstance(node.value, ast.Name) and node.value.id in {"time", "datetime"}:
+                reads.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
     assert reads == []
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 from gateway.bench.client import Measurement
-from gateway.bench.sweep import Level, LevelRun, Progress, SweepSample, SweepPlan
+from gateway.bench.sweep import Level, LevelRun, Progress, SweepPlan, SweepSample
 
 
 def test_levels_go_through_concurrency_for_each_prompt_length() -> None:
