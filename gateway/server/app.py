@@ -23,7 +23,7 @@ from gateway.server.reload import ConfigReloader
 from gateway.server.runtime import Runtime
 from gateway.state.store import StatsStore
 from gateway.telemetry import request_log, tracing
-from gateway.telemetry.metrics import log
+from gateway.telemetry.metrics import Metrics, log
 
 GC_YOUNG_OBJECTS = 20_000  # CPython's default is 700
 
@@ -39,10 +39,11 @@ def create_app(
     tracing.configure()
     if settings.request_log:
         request_log.configure()
+    metrics = Metrics()  # the middleware counts every request; the runtime the rest
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = Runtime.build(config, settings, store)
+        runtime = Runtime.build(config, settings, store, metrics)
         app.state.runtime = runtime
         runtime.start()
         app.state.history = dashboard.watch(runtime, settings.dashboard_sample_s)
@@ -72,12 +73,9 @@ def create_app(
     app.include_router(openai_routes.documented)  # the OpenAI POST routes only for docs and 405s
     app.include_router(ops.routes)
     app.include_router(dashboard.routes)
-    app.add_middleware(
-        RequestMiddleware, request_log=settings.request_log, log_prompts=settings.log_prompts
-    )
-    app.direct = RequestMiddleware(
-        _serve_direct, request_log=settings.request_log, log_prompts=settings.log_prompts
-    )
+    logs = {"request_log": settings.request_log, "log_prompts": settings.log_prompts}
+    app.add_middleware(RequestMiddleware, metrics=metrics, **logs)
+    app.direct = RequestMiddleware(_serve_direct, metrics=metrics, **logs)
     return app
 
 

@@ -97,10 +97,15 @@ class Runtime:
 
     @classmethod
     def build(
-        cls, config: GatewayConfig, settings: Settings, store: StatsStore | None = None
+        cls,
+        config: GatewayConfig,
+        settings: Settings,
+        store: StatsStore | None = None,
+        metrics: Metrics | None = None,
     ) -> Runtime:
         store, kind = (store, "custom") if store else open_store(config, settings)
-        metrics, background = Metrics(), Background()
+        """`metrics`: the app's, whose middleware counts requests into them (server/app.py)."""
+        metrics, background = metrics or Metrics(), Background()
         registry = Registry(config.endpoints)
         upstream = AiohttpUpstream(config.server)
         view = SharedView(store, [e.id for e in config.endpoints], config.state.refresh_s)

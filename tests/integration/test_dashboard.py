@@ -32,6 +32,7 @@ from tests.fixtures.gateway import (
     admin_endpoints,
     chat_body,
     config,
+    counter_sum,
     endpoint,
     engine,
     fleet_member,
@@ -197,15 +198,6 @@ def test_the_json_agrees_with_the_store_the_admin_views_and_the_counters(stack: 
     )
     batch = next(c for c in document["classes"] if c["name"] == "batch")
     assert batch["window"]["shed"] == zeta["window"]["shed"]  # zeta sends only batch
-
-
-def counter_sum(metrics: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for match in re.finditer(rf"^{name}\{{(.*?)\}} (\S+)$", metrics, re.MULTILINE):
-        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
-        if all(found.get(k) == v for k, v in labels.items()):
-            total += float(match.group(2))
-    return total
 
 
 # --- the page in a real browser --------------------------------------------------------------

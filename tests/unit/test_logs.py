@@ -1,4 +1,5 @@
-"""The request log line: its shape, its outcome rules, and what it must never contain."""
+"""The request log line: its shape, its outcome rules, and what it must never contain; the
+request counter it shares its outcome with."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from gateway.telemetry import request_log
+from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import Finished, RequestRecord
 from gateway.telemetry.request_log import error_code, line, outcome
 from policies.base import Ranking, RouteRequest, SloTarget
@@ -163,3 +165,22 @@ def test_a_flush_left_pending_by_a_closed_loop_does_not_stop_later_ones(
     asyncio.run(log_and_wait())
     assert len(stdout_only.flushed) > flushed
     assert stdout_only.flushed[-1] == stdout_only.getvalue()
+
+
+def test_every_request_is_counted_once_with_its_outcome_and_reason() -> None:
+    metrics = Metrics()
+    refused = RequestRecord("r2", "POST", "/v1/chat/completions", 0.0, status=429)
+    refused.route, refused.tenant, refused.error_code = ROUTE, "acme", "tenant_rate_limited"
+    unknown = RequestRecord("r3", "POST", "/v1/chat/completions", 0.0, status=401)
+    for record in (served(), refused, unknown):
+        metrics.count_request(record, outcome(record))
+    counts = {
+        tuple(s.labels.values()): s.value
+        for s in next(iter(metrics.requests.collect())).samples
+        if s.name.endswith("_total")
+    }
+    assert counts == {
+        ("llama", "vllm-a", "acme", "interactive", "ok", ""): 1,
+        ("llama", "", "acme", "interactive", "rejected", "tenant_rate_limited"): 1,
+        ("", "", "", "", "client_error", ""): 1,
+    }
