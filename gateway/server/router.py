@@ -5,8 +5,9 @@ here with its record; everything from there to the last byte happens in `handle`
 1. tenant limits, then the candidates in rotation and admission (saturation, shedding, the
    deadline queue); 2. the policy's ranking; 3. forwarding along the ranking with failover
    before the first byte (tenacity after the first failed attempt, by gateway/core/failover.py's
-   rules); 4. the answer relayed to the client, whole or streamed; 5. accounting (leases,
-   statistics, SLO, metrics) and the tenant's concurrency slot given back.
+   rules); 4. the answer relayed to the client, whole or streamed, with configured secrets
+   redacted from error bodies and events (gateway/upstream/redaction.py); 5. accounting
+   (leases, statistics, SLO, latency metrics) and the tenant's concurrency slot given back.
 A refusal or a failure before the response starts is raised as a `GatewayError`, which the API
 layer renders in its own error shape; after it, the relay ends the stream with an error event.
 
@@ -43,6 +44,7 @@ from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import Opened, Upstream, UpstreamCall
 from gateway.upstream.departure import Departure
+from gateway.upstream.redaction import Redactor
 from gateway.upstream.relay import client_disconnected, relay
 from gateway.upstream.sse import StreamWatch
 from gateway.watch.endpoints import Registry
@@ -75,6 +77,7 @@ class Router:
         upstream: Upstream,
         finisher: Finisher,
         metrics: Metrics,
+        redactor: Redactor,
     ) -> None:
         self.server = server
         self.registry = registry
@@ -85,6 +88,7 @@ class Router:
         self.upstream = upstream
         self.finisher = finisher
         self.metrics = metrics
+        self.redactor = redactor
         self.rng = random.Random()
         self.decisions = DecisionLog()
 
@@ -131,12 +135,14 @@ class Router:
             self.finisher.finish(
                 opened, request, body_result(opened, request.prompt_tokens), record
             )
-            await _send_whole(send, opened, headers)
+            body = self.redactor.body(opened.status, opened.first)
+            await _send_whole(send, opened, body, headers)
             return
         watch = StreamWatch(started_s=opened.started_s)
         outcome = "cancelled"
+        stream_headers = _raw(headers | STREAM_HEADERS)
         try:
-            outcome = await relay(opened, watch, _raw(headers | STREAM_HEADERS), receive, send)
+            outcome = await relay(opened, watch, stream_headers, self.redactor, receive, send)
         finally:
             result = stream_result(opened, watch, outcome, request.prompt_tokens)
             self.finisher.finish(opened, request, result, record)
@@ -300,8 +306,7 @@ def explain(routed: Routed, request: RouteRequest) -> dict[str, str]:
     return headers
 
 
-async def _send_whole(send: Send, opened: Opened, headers: dict[str, str]) -> None:
-    body = opened.first
+async def _send_whole(send: Send, opened: Opened, body: bytes, headers: dict[str, str]) -> None:
     raw = [*_raw(headers), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": opened.status, "headers": raw})
     await send({"type": "http.response.body", "body": body})

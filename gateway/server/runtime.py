@@ -25,6 +25,7 @@ from gateway.state.store import StatsStore
 from gateway.state.view import ResilientStore, SharedView
 from gateway.telemetry.metrics import Metrics, log
 from gateway.upstream.client import AiohttpUpstream
+from gateway.upstream.redaction import redactor_for
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import HealthChecker
 from gateway.watch.scraper import Scraper
@@ -103,8 +104,8 @@ class Runtime:
         store: StatsStore | None = None,
         metrics: Metrics | None = None,
     ) -> Runtime:
-        store, kind = (store, "custom") if store else open_store(config, settings)
         """`metrics`: the app's, whose middleware counts requests into them (server/app.py)."""
+        store, kind = (store, "custom") if store else open_store(config, settings)
         metrics, background = metrics or Metrics(), Background()
         registry = Registry(config.endpoints)
         upstream = AiohttpUpstream(config.server)
@@ -118,7 +119,16 @@ class Runtime:
         )
         policy = build_policy(config.policy)
         router = Router(
-            config.server, registry, view, scraper, admission, policy, upstream, finisher, metrics
+            config.server,
+            registry,
+            view,
+            scraper,
+            admission,
+            policy,
+            upstream,
+            finisher,
+            metrics,
+            redactor_for(config),
         )
         return cls(
             config,
@@ -155,6 +165,7 @@ class Runtime:
         if any(getattr(config, name) != getattr(self.config, name) for name in fixed):
             log.warning("config reload: endpoints, server and state apply after a restart")
         self.keyring = KeyRing(config)
+        self.router.redactor = redactor_for(config)  # tenant keys may have changed
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
         self.admission.reconfigure(config.admission, limits)
         self.router.policy = build_policy(config.policy)

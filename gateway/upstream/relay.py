@@ -1,8 +1,11 @@
-"""Relaying an upstream's stream to the client, byte for byte, to its end or to a clean error.
+"""Relaying an upstream's stream to the client, event by event, to its end or to a clean error.
 
-The bytes go to the client exactly as received, and the stream watch (gateway/upstream/sse.py)
-reads them on the way for the first token, usage and completion. The stream ends with an SSE
-error event when the upstream fails or stops early, and the relay stops when the client leaves
+The bytes go to the client as received, in whole events (a partial one waits for its end:
+`whole_events` in gateway/upstream/sse.py), with configured secrets redacted from events that
+mention an error (gateway/upstream/redaction.py), and the stream watch reads them on the way for
+the first token, usage and completion. The stream ends with an SSE error event when the upstream
+fails or stops early (a partial event it left is dropped first, so that every SSE parser sees
+the error), and the relay stops when the client leaves
 (noticed by gateway/upstream/departure.py, which cancels it). The outcome it returns is `ok`,
 `upstream_error` (a mid-stream failure, or a stream that stopped without [DONE]) or `cancelled`
 (the client went away); the caller then releases the upstream response, which cancels the
@@ -19,7 +22,8 @@ from starlette.types import Receive, Send
 
 from gateway.upstream.client import Opened
 from gateway.upstream.departure import Departure
-from gateway.upstream.sse import StreamWatch, error_event
+from gateway.upstream.redaction import Redactor
+from gateway.upstream.sse import EVENT_END, StreamWatch, error_event, whole_events
 
 # What a failing upstream connection raises: aiohttp's errors, its timeouts, bare socket errors.
 UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
@@ -29,6 +33,7 @@ async def relay(
     opened: Opened,
     watch: StreamWatch,
     headers: list[tuple[bytes, bytes]],
+    redact: Redactor,
     receive: Receive,
     send: Send,
 ) -> str:
@@ -38,7 +43,7 @@ async def relay(
     try:
         with departure:
             await send({"type": "http.response.start", "status": opened.status, "headers": headers})
-            outcome = await _relay(opened, watch, send)
+            outcome = await _relay(opened, watch, redact, send)
     except asyncio.CancelledError:
         if not departure.left:
             raise
@@ -46,11 +51,16 @@ async def relay(
     return outcome
 
 
-async def _relay(opened: Opened, watch: StreamWatch, send: Send) -> str:
-    chunk, read = opened.first, opened.rest.readany
+async def _relay(opened: Opened, watch: StreamWatch, redact: Redactor, send: Send) -> str:
+    """Whole events only; what is left of a partial one at the end is dropped."""
+    chunk, read, partial = opened.first, opened.rest.readany, b""
     while True:
-        watch.feed(chunk)
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if partial or not chunk.endswith(EVENT_END):
+            chunk, partial = whole_events(partial + chunk)
+        if chunk:
+            chunk = redact.events(chunk)
+            watch.feed(chunk)
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
         try:
             chunk = await read()
         except UPSTREAM_ERRORS:

@@ -1,9 +1,16 @@
-"""Watch a relayed SSE stream without re-encoding it: find the first content token, count
-content events, pick up `usage`, and notice whether the stream ended properly.
+"""The SSE stream grammar: events framed whole, the gateway's error event, and `StreamWatch`.
 
-Only events up to the first content token are JSON-parsed, plus events that mention "usage";
-every other event costs a regex search, and a chunk of routine events a few substring counts.
-The bytes go to the client exactly as received.
+`whole_events` splits what has arrived after its last complete event, so the relay sends only
+whole events and holds a partial one back until its end arrives. An SSE parser acts on an event
+only at its end (a blank line), so this changes nothing a client sees, and on an upstream cut the
+partial event is dropped before the gateway's `error_event`: glued to a partial line, the error
+would be part of that line and no parser would see it.
+
+`StreamWatch` reads a relayed stream without re-encoding it: it finds the first content token,
+counts content events, picks up `usage`, and notices whether the stream ended properly. Only
+events up to the first content token are JSON-parsed, plus events that mention "usage" or
+"error"; every other event costs a regex search, and a chunk of routine events a few substring
+counts. The bytes go to the client as received (minus secrets: gateway/upstream/redaction.py).
 """
 
 from __future__ import annotations
@@ -15,6 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _DONE = b"data: [DONE]"
+EVENT_END = b"\n\n"  # what OpenAI-compatible servers end each event with
+# Every blank line that can end an event: LF, CRLF and CR line endings.
+_EVENT_ENDS = (EVENT_END, b"\r\n\r\n", b"\r\r")
 # A non-empty string value for "content" or "text", or any tool-call delta.
 _CONTENT = re.compile(rb'"(?:content|text)":\s*"(?!")|"tool_calls":\s*\[')
 
@@ -123,6 +133,18 @@ def _has_content(body: dict[str, Any]) -> bool:
     return False
 
 
+def whole_events(data: bytes) -> tuple[bytes, bytes]:
+    """`data` split after its last complete event: (the whole events, the partial one)."""
+    end = max(_after(data, blank) for blank in _EVENT_ENDS)
+    return data[:end], data[end:]
+
+
+def _after(data: bytes, blank: bytes) -> int:
+    at = data.rfind(blank)
+    return at + len(blank) if at >= 0 else 0
+
+
 def error_event(message: str, code: str) -> bytes:
+    """The gateway's own error event, after which the stream ends without [DONE]."""
     body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": code}}
     return b"data: " + json.dumps(body).encode() + b"\n\n"

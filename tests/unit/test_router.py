@@ -15,7 +15,7 @@ from gateway.server.runtime import Runtime
 from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import UpstreamCall
 from policies.base import RouteRequest
-from tests.fixtures.gateway import PUBLIC_MODEL, chat_body, config, endpoint
+from tests.fixtures.gateway import PUBLIC_MODEL, TENANT_KEY, chat_body, config, endpoint
 from tests.fixtures.upstream_fakes import Answer, Client, Cut, FakeUpstream, sse
 
 CHUNK = {"choices": [{"delta": {"content": "hi"}}]}
@@ -37,7 +37,7 @@ def router_over(
     old = runtime.router
     router = Router(
         old.server, old.registry, old.view, old.scraper, old.admission, old.policy, fake,
-        old.finisher, old.metrics,
+        old.finisher, old.metrics, old.redactor,
     )  # fmt: skip
     return router, fake
 
@@ -130,3 +130,29 @@ async def test_an_attempt_that_raises_drops_its_lease(runtime: Runtime) -> None:
     with pytest.raises(Cut):
         await router.handle(route, call, record, client.receive, client.send)
     assert in_flight(runtime) == 0
+
+
+async def test_a_cut_drops_the_partial_event_before_the_error_event(runtime: Runtime) -> None:
+    partial = b'data: {"choices": [{"delta": {"content": "ab'
+    router, _ = router_over(
+        runtime, lambda ep, call: Answer([sse(CHUNK), partial, OSError("reset")])
+    )
+    route, call, record = request(runtime, stream=True)
+    client = Client()
+    await router.handle(route, call, record, client.receive, client.send)
+    assert client.body.startswith(sse(CHUNK)) and partial not in client.body
+    assert client.body.count(b"\n\n") == 2 and b"upstream_stream_interrupted" in client.body
+
+
+async def test_a_tenant_key_split_across_reads_of_an_error_event_is_redacted(
+    runtime: Runtime,
+) -> None:
+    error = sse({"error": {"message": f"key {TENANT_KEY} exhausted"}})
+    middle = error.index(b"acme")
+    reads = [sse(CHUNK), error[:middle], error[middle:]]
+    router, _ = router_over(runtime, lambda ep, call: Answer(reads))
+    route, call, record = request(runtime, stream=True)
+    client = Client()
+    await router.handle(route, call, record, client.receive, client.send)
+    assert TENANT_KEY.encode() not in client.body and b"key [redacted] exhausted" in client.body
+    assert record.result is not None and record.result.outcome == "ok"  # the upstream's error

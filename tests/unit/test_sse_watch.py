@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.upstream.sse import StreamWatch, routine_events
+from gateway.upstream.sse import StreamWatch, error_event, routine_events, whole_events
 
 
 def event(payload: object) -> bytes:
@@ -85,3 +85,20 @@ def test_reads_of_severalroutine_events_count_each_content_event_once() -> None:
     watch.feed(compact("f") + event(tool))
     watch.feed(compact("g") + chunk("h"))  # spaced JSON: not routine, still counted
     assert watch.content_events == 9
+
+
+def test_whole_events_holds_back_the_partial_event_after_the_last_blank_line() -> None:
+    whole = chunk("a") + chunk("b")
+    assert whole_events(whole + b'data: {"cho') == (whole, b'data: {"cho')
+    assert whole_events(b'data: {"cho') == (b"", b'data: {"cho')
+    assert whole_events(whole) == (whole, b"")
+    crlf = b"data: x\r\n\r\ndata: y\r\n"
+    assert whole_events(crlf) == (b"data: x\r\n\r\n", b"data: y\r\n")
+
+
+def test_error_event_is_one_whole_event() -> None:
+    event_bytes = error_event("boom", "upstream_stream_truncated")
+    assert whole_events(event_bytes) == (event_bytes, b"")
+    assert json.loads(event_bytes.removeprefix(b"data: "))["error"]["code"] == (
+        "upstream_stream_truncated"
+    )

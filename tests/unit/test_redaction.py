@@ -1,0 +1,54 @@
+"""`Redactor`: every configured secret out of error bodies and error events, nothing scanned
+or changed elsewhere."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config.settings import parse_config
+from gateway.upstream.redaction import REDACTED, Redactor, configured_secrets
+from tests.fixtures.gateway import (
+    ADMIN_KEY,
+    PROVIDER_KEY,
+    TENANT_KEY,
+    config,
+    endpoint,
+)
+
+KEY = "sk-live-0123456789"
+ERROR = b'data: {"error": {"message": "key sk-live-0123456789 exhausted"}}\n\n'
+
+
+def test_error_events_and_error_bodies_lose_every_secret() -> None:
+    redact = Redactor([KEY, "sk-other-secret"])
+    assert redact.events(ERROR) == ERROR.replace(KEY.encode(), REDACTED)
+    body = b'{"error": {"message": "sk-other-secret and sk-live-0123456789"}}'
+    assert redact.body(400, body) == b'{"error": {"message": "[redacted] and [redacted]"}}'
+    assert redact.body(200, body).count(REDACTED) == 2  # an error in a 200 is an error too
+    assert redact.body(502, b"upstream said sk-live-0123456789") == b"upstream said [redacted]"
+
+
+def test_content_without_an_error_is_passed_through_untouched() -> None:
+    redact = Redactor([KEY])
+    content = b'data: {"choices": [{"delta": {"content": "sk-live-0123456789"}}]}\n\n'
+    assert redact.events(content) is content
+    assert redact.body(200, content) is content
+
+
+def test_a_secret_inside_a_longer_one_does_not_leave_a_tail() -> None:
+    redact = Redactor(["sk-live-0123", KEY])
+    assert redact(b'"error" ' + KEY.encode()) == b'"error" ' + REDACTED
+
+
+@pytest.mark.parametrize("short", ["", "abc", "1234567"])
+def test_secrets_too_short_to_be_keys_are_not_redacted(short: str) -> None:
+    assert Redactor([short]).events(b'"error" abc 1234567') == b'"error" abc 1234567'
+
+
+def test_the_configured_secrets_are_every_key_the_environment_holds() -> None:
+    data = config(
+        [endpoint("e", "http://127.0.0.1:9", kind="openai")],
+        server={"admin_key_env": "TEST_ADMIN_KEY"},
+    )
+    secrets = configured_secrets(parse_config(data, "test"))
+    assert set(secrets) >= {PROVIDER_KEY, TENANT_KEY, ADMIN_KEY}
