@@ -2,7 +2,8 @@
 
     GatewayError                      -> {"error": {"message", "type", "code"}} with `status`
     ├── InvalidRequest (400)          malformed JSON, wrong types, bad parameters
-    │   └── BodyTooLarge (413)
+    │   ├── BodyTooLarge (413)
+    │   └── RequestTimeout (408)      the request head or body came too slowly
     ├── AuthenticationFailed (401)    missing or unknown API key
     ├── PermissionDenied (403)        an SLO class or admin view the key may not use
     ├── ModelNotFound (404)
@@ -59,6 +60,10 @@ class InvalidRequest(GatewayError):
 
 class BodyTooLarge(InvalidRequest):
     status = 413
+
+
+class RequestTimeout(InvalidRequest):
+    status = 408
 
 
 class AuthenticationFailed(GatewayError):

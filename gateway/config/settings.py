@@ -135,6 +135,11 @@ class ServerConfig(_Strict):
     # keep it under the orchestrator's grace period (Kubernetes: minus the preStop sleep).
     drain_timeout_s: int = Field(90, ge=1)
     max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line + headers")
+    # Slow clients (gateway/server/http_protocol.py): a request line and headers must arrive
+    # within header_timeout_s (of the connection opening, or of their first byte on a reused
+    # one), and a body within body_timeout_s of its headers; else 408 and the connection closes.
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(60.0, gt=0)
 
 
 class StateConfig(_Strict):

@@ -1,4 +1,8 @@
-"""create_app(config): the ASGI app. Its lifespan builds the runtime and owns every task."""
+"""create_app(config): the ASGI app. Its lifespan builds the runtime and owns every task.
+
+A client that leaves while sending its body is a 499 (`cancelled` in the request log), or the
+408 it was sent when its body was too slow (gateway/server/http_protocol.py), never a 500.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +17,13 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.config.settings import GatewayConfig, Settings
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.server import dashboard, openai_routes, ops
+from gateway.server.http_protocol import BODY_TIMED_OUT, too_slow
 from gateway.server.middleware import RequestMiddleware
 from gateway.server.reload import ConfigReloader
 from gateway.server.runtime import Runtime
@@ -65,6 +71,7 @@ def create_app(
         telemetry={"tracing": False, "metrics": False, "logs": False},
         exception_handlers={
             GatewayError: _gateway_error,
+            ClientDisconnect: _client_left,
             HTTPException: _http_error,
             RequestValidationError: _validation_error,
             Exception: _unexpected,
@@ -109,6 +116,8 @@ async def _serve_direct(scope: Scope, receive: Receive, send: Send) -> None:
         return
     except GatewayError as exc:
         response = await _gateway_error(request, exc)
+    except ClientDisconnect as exc:
+        response = await _client_left(request, exc)
     except Exception as exc:
         response = await _unexpected(request, exc)
     await response(scope, receive, send)
@@ -138,6 +147,15 @@ def _watch(runtime: Runtime, path: Path) -> None:
 
 async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def _client_left(request: Request, exc: ClientDisconnect) -> Response:
+    """Nobody reads this answer; the status is what the request log and metrics record."""
+    timeout_s = request.scope.get("state", {}).get(BODY_TIMED_OUT)
+    if timeout_s is not None:
+        error = too_slow("body", timeout_s)
+        return JSONResponse(error.body(), status_code=error.status)
+    return Response(status_code=499)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
