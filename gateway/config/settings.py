@@ -140,6 +140,8 @@ class ServerConfig(_Strict):
     # one), and a body within body_timeout_s of its headers; else 408 and the connection closes.
     header_timeout_s: float = Field(10.0, gt=0)
     body_timeout_s: float = Field(60.0, gt=0)
+    # GET /metrics then needs `Authorization: Bearer <the value of this env var>`.
+    metrics_token_env: str | None = None
 
 
 class StateConfig(_Strict):

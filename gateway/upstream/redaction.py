@@ -1,7 +1,7 @@
 """Configured secrets out of everything an upstream sends back: `Redactor`.
 
 The secrets are every value the gateway holds in clear: each endpoint's API key, each tenant key
-given as an env-var reference and the admin key (a tenant key stored only as
+given as an env-var reference, the admin key and the /metrics token (a tenant key stored only as
 its SHA-256 digest is not known in clear, and the gateway never sends it anywhere). A secret
 shorter than MIN_SECRET_CHARS is not redacted: replacing a few common characters would
 mangle error messages, and a key that short is guessable anyway.
@@ -54,7 +54,7 @@ def configured_secrets(config: GatewayConfig) -> list[str]:
     """Every secret the config refers to by env var and the environment holds."""
     names = [e.api_key_env for e in config.endpoints]
     names += [t.api_key_env for t in config.tenants.values()]
-    names.append(config.server.admin_key_env)
+    names += [config.server.admin_key_env, config.server.metrics_token_env]
     values = (os.environ.get(name) if name else None for name in names)
     return [value for value in values if value]
 

@@ -1,5 +1,6 @@
 """Admin views (every GET route under /admin, and the dashboard) need the admin key: no key, a
-tenant's key or a wrong key gets 401, and with no admin key configured nobody gets in."""
+tenant's key or a wrong key gets 401, and with no admin key configured nobody gets in. /metrics
+is open unless `server.metrics_token_env` names a token, then it needs that token."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from tests.fixtures.gateway import (
     ADMIN_KEY,
+    METRICS_TOKEN,
     OTHER_TENANT_KEY,
     TENANT_KEY,
     config,
@@ -19,6 +21,7 @@ from tests.fixtures.gateway import (
     running_gateway,
 )
 from tests.fixtures.servers import UvicornThread
+from tests.fuzz.openai_errors import openai_error
 
 pytestmark = pytest.mark.integration
 REFUSED = [None, f"Bearer {TENANT_KEY}", f"Bearer {OTHER_TENANT_KEY}", "Bearer sk-guess"]
@@ -61,3 +64,21 @@ def test_without_an_admin_key_configured_no_key_opens_the_admin_views(engine_url
             for authorization in [*REFUSED, f"Bearer {ADMIN_KEY}", "Bearer"]:
                 response = get(server.base_url + path, authorization)
                 assert response.status_code == 401, (path, authorization)
+
+
+def test_metrics_can_require_a_bearer_token(engine_url: str) -> None:
+    data = config([endpoint("e", engine_url)], server={"metrics_token_env": "TEST_METRICS_TOKEN"})
+    with running_gateway(data) as server:
+        url = server.base_url + "/metrics"
+        refused = [get(url, a) for a in [*REFUSED, f"Bearer {ADMIN_KEY}"]]
+        scraped = get(url, f"Bearer {METRICS_TOKEN}")
+    for response in refused:
+        assert response.status_code == 401
+        assert openai_error(401, response.headers["content-type"], response.json()) is None
+        assert "slo_gateway_" not in response.text and "acme" not in response.text
+    assert scraped.status_code == 200 and "slo_gateway_requests_total" in scraped.text
+
+
+def test_metrics_are_open_by_default_as_prometheus_expects(engine_url: str) -> None:
+    with running_gateway(config([endpoint("e", engine_url)])) as server:
+        assert get(server.base_url + "/metrics", None).status_code == 200

@@ -9,6 +9,7 @@ from gateway.config.settings import parse_config
 from gateway.upstream.redaction import REDACTED, Redactor, configured_secrets
 from tests.fixtures.gateway import (
     ADMIN_KEY,
+    METRICS_TOKEN,
     PROVIDER_KEY,
     TENANT_KEY,
     config,
@@ -48,7 +49,7 @@ def test_secrets_too_short_to_be_keys_are_not_redacted(short: str) -> None:
 def test_the_configured_secrets_are_every_key_the_environment_holds() -> None:
     data = config(
         [endpoint("e", "http://127.0.0.1:9", kind="openai")],
-        server={"admin_key_env": "TEST_ADMIN_KEY"},
+        server={"admin_key_env": "TEST_ADMIN_KEY", "metrics_token_env": "TEST_METRICS_TOKEN"},
     )
     secrets = configured_secrets(parse_config(data, "test"))
-    assert set(secrets) >= {PROVIDER_KEY, TENANT_KEY, ADMIN_KEY}
+    assert set(secrets) >= {PROVIDER_KEY, TENANT_KEY, ADMIN_KEY, METRICS_TOKEN}
