@@ -28,7 +28,7 @@ from gateway.server.middleware import RequestMiddleware
 from gateway.server.reload import ConfigReloader
 from gateway.server.runtime import Runtime
 from gateway.state.store import StatsStore
-from gateway.telemetry import request_log, tracing
+from gateway.telemetry import access_log, request_log, tracing
 from gateway.telemetry.metrics import Metrics, log
 
 GC_YOUNG_OBJECTS = 20_000  # CPython's default is 700
@@ -43,6 +43,7 @@ def create_app(
     """`config_path`, when given, is watched (and re-read on SIGHUP) for hot reloads."""
     settings = settings or Settings()
     tracing.configure()
+    access_log.strip_queries()
     if settings.request_log:
         request_log.configure()
     metrics = Metrics()  # the middleware counts every request; the runtime the rest

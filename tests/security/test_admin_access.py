@@ -1,10 +1,12 @@
 """Admin views (every GET route under /admin, and the dashboard) need the admin key: no key, a
-tenant's key or a wrong key gets 401, and with no admin key configured nobody gets in. /metrics
-is open unless `server.metrics_token_env` names a token, then it needs that token."""
+tenant's key or a wrong key gets 401, and with no admin key configured nobody gets in. The
+admin key never reaches a log line, whether sent right, wrong or in a URL. /metrics is open
+unless `server.metrics_token_env` names a token, then it needs that token."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,6 +16,7 @@ from tests.fixtures.gateway import (
     METRICS_TOKEN,
     OTHER_TENANT_KEY,
     TENANT_KEY,
+    LoggedGateway,
     config,
     endpoint,
     engine,
@@ -82,3 +85,25 @@ def test_metrics_can_require_a_bearer_token(engine_url: str) -> None:
 def test_metrics_are_open_by_default_as_prometheus_expects(engine_url: str) -> None:
     with running_gateway(config([endpoint("e", engine_url)])) as server:
         assert get(server.base_url + "/metrics", None).status_code == 200
+
+
+def test_no_admin_key_reaches_the_log_not_in_a_query_nor_a_wrong_guess(
+    engine_url: str, tmp_path: Path
+) -> None:
+    """uvicorn's access log drops query strings, and `?key=` never signs in."""
+    guess = "sk-guess-of-the-admin-key-31f7"
+    with LoggedGateway(config([endpoint("e", engine_url)]), tmp_path) as gateway:
+        url = gateway.base_url + "/dashboard"
+        in_query = [httpx.get(url, params={"key": key}) for key in (ADMIN_KEY, guess)]
+        forms = [httpx.post(url, data={"key": key}) for key in (ADMIN_KEY, guess)]
+        api = httpx.get(gateway.base_url + "/v1/models", params={"api_key": guess})
+        logs = gateway.stop()
+    assert ADMIN_KEY not in logs and guess not in logs and "?" not in access_lines(logs)
+    assert '"GET /dashboard HTTP/1.1" 401' in logs and '"POST /dashboard HTTP/1.1" 303' in logs
+    assert [r.status_code for r in in_query] == [401, 401]
+    assert all("set-cookie" not in r.headers for r in in_query)
+    assert [r.status_code for r in forms] == [303, 401] and api.status_code == 401
+
+
+def access_lines(logs: str) -> str:
+    return "\n".join(line for line in logs.splitlines() if '"GET /' in line or '"POST /' in line)

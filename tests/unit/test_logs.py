@@ -1,11 +1,12 @@
 """The request log line: its shape, its outcome rules, and what it must never contain; the
-request counter it shares its outcome with."""
+request counter it shares its outcome with; uvicorn's access lines without query strings."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -14,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from gateway.telemetry import request_log
+from gateway.telemetry import access_log, request_log
+from gateway.telemetry.access_log import WithoutQuery
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import Finished, RequestRecord
 from gateway.telemetry.request_log import error_code, line, outcome
@@ -165,6 +167,31 @@ def test_a_flush_left_pending_by_a_closed_loop_does_not_stop_later_ones(
     asyncio.run(log_and_wait())
     assert len(stdout_only.flushed) > flushed
     assert stdout_only.flushed[-1] == stdout_only.getvalue()
+
+
+def access_record(target: str) -> logging.LogRecord:
+    args = ("127.0.0.1:5000", "GET", target, "1.1", 401)
+    return logging.LogRecord("uvicorn.access", logging.INFO, "", 0, ACCESS_FORMAT, args, None)
+
+
+ACCESS_FORMAT = '%s - "%s %s HTTP/%s" %d'  # what uvicorn logs per response
+
+
+def test_uvicorns_access_lines_lose_their_query_strings() -> None:
+    record = access_record("/dashboard?key=sk-test-admin&x=1")
+    assert WithoutQuery().filter(record)
+    assert record.getMessage() == '127.0.0.1:5000 - "GET /dashboard HTTP/1.1" 401'
+    plain = access_record("/v1/models")
+    assert WithoutQuery().filter(plain) and plain.getMessage().endswith(
+        '"GET /v1/models HTTP/1.1" 401'
+    )
+
+
+def test_the_query_filter_is_installed_once() -> None:
+    access_log.strip_queries()
+    access_log.strip_queries()
+    logger = logging.getLogger(access_log.ACCESS_LOGGER)
+    assert sum(isinstance(f, WithoutQuery) for f in logger.filters) == 1
 
 
 def test_every_request_is_counted_once_with_its_outcome_and_reason() -> None:
