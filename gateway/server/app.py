@@ -1,7 +1,9 @@
 """create_app(config): the ASGI app. Its lifespan builds the runtime and owns every task.
 
-A client that leaves while sending its body is a 499 (`cancelled` in the request log), or the
-408 it was sent when its body was too slow (gateway/server/http_protocol.py), never a 500.
+No path redirects (Starlette's slash redirects point at whatever Host the client sent): an
+unknown path, with or without a trailing slash, is a 404 in OpenAI's error shape. A client that
+leaves while sending its body is a 499 (`cancelled` in the request log), or the 408 it was sent
+when its body was too slow (gateway/server/http_protocol.py), never a 500.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ def create_app(
     app = GatewayApp(
         title="slo-gateway",
         lifespan=lifespan,
+        redirect_slashes=False,
         docs_url=None,
         redoc_url=None,
         # FastAPI's own OpenTelemetry stays off: gateway/telemetry/tracing.py makes the spans, and
