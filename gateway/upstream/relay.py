@@ -2,8 +2,9 @@
 
 The bytes go to the client as received, in whole events (a partial one waits for its end:
 `whole_events` in gateway/upstream/sse.py), with configured secrets redacted from events that
-mention an error (gateway/upstream/redaction.py), and the stream watch reads them on the way for
-the first token, usage and completion. The stream ends with an SSE error event when the upstream
+mention an error (gateway/upstream/redaction.py); the stream watch reads them on the way for the
+first token, usage and completion, and its routine fast path tells the relay which chunks need
+neither (`screened`). The stream ends with an SSE error event when the upstream
 fails or stops early (a partial event it left is dropped first, so that every SSE parser sees
 the error), and the relay stops when the client leaves
 (noticed by gateway/upstream/departure.py, which cancels it). The outcome it returns is `ok`,
@@ -23,7 +24,7 @@ from starlette.types import Receive, Send
 from gateway.upstream.client import Opened
 from gateway.upstream.departure import Departure
 from gateway.upstream.redaction import Redactor
-from gateway.upstream.sse import EVENT_END, StreamWatch, error_event, whole_events
+from gateway.upstream.sse import StreamWatch, error_event, whole_events
 
 # What a failing upstream connection raises: aiohttp's errors, its timeouts, bare socket errors.
 UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
@@ -52,14 +53,14 @@ async def relay(
 
 
 async def _relay(opened: Opened, watch: StreamWatch, redact: Redactor, send: Send) -> str:
-    """Whole events only; what is left of a partial one at the end is dropped."""
+    """Whole events only, redacted where they mention an error; what is left of a partial one
+    at the end is dropped. A chunk the watch found routine is whole events that mention no
+    error: it goes out as it came, with no further scan (most chunks of a stream)."""
     chunk, read, partial = opened.first, opened.rest.readany, b""
     while True:
-        if partial or not chunk.endswith(EVENT_END):
-            chunk, partial = whole_events(partial + chunk)
+        if not watch.feed(chunk) or partial:
+            chunk, partial = screened(partial + chunk, redact)
         if chunk:
-            chunk = redact.events(chunk)
-            watch.feed(chunk)
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         try:
             chunk = await read()
@@ -71,6 +72,12 @@ async def _relay(opened: Opened, watch: StreamWatch, redact: Redactor, send: Sen
                 return await _end(send, "ok", b"")
             tail = error_event("The upstream ended the stream early.", "upstream_stream_truncated")
             return await _end(send, "upstream_error", tail)
+
+
+def screened(data: bytes, redact: Redactor) -> tuple[bytes, bytes]:
+    """(the whole events of `data`, redacted, to send now; the partial one after them)."""
+    whole, partial = whole_events(data)
+    return redact.events(whole), partial
 
 
 async def _end(send: Send, outcome: str, tail: bytes) -> str:

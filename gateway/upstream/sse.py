@@ -40,17 +40,20 @@ class StreamWatch:
     upstream_error: bool = False
     _pending: bytes = field(default=b"", repr=False)
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes) -> bool:
+        """True when `chunk` was whole routine events (see `routine_events`): nothing in it
+        mentions an error, usage or [DONE], so the relay needs no closer look at it either."""
         if self.first_token_s is not None and not self._pending:
             events = routine_events(chunk)
             if events:
                 self._count(time.perf_counter(), events)
-                return
+                return True
         parts = (self._pending + chunk).split(b"\n\n")
         self._pending = parts.pop()
         now = time.perf_counter()
         for event in parts:
             self._event(event.strip(), now)
+        return False
 
     def _event(self, event: bytes, now: float) -> None:
         if not event.startswith(b"data:"):

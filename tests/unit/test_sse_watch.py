@@ -102,3 +102,13 @@ def test_error_event_is_one_whole_event() -> None:
     assert json.loads(event_bytes.removeprefix(b"data: "))["error"]["code"] == (
         "upstream_stream_truncated"
     )
+
+
+def test_feed_says_which_chunks_need_no_closer_look() -> None:
+    watch = StreamWatch(started_s=0.0)
+    assert not watch.feed(compact("a"))  # the first token is parsed
+    assert watch.feed(compact("b") + compact("c"))  # routine: whole, no error, usage or [DONE]
+    assert not watch.feed(event({"error": {"message": "key sk-... exhausted"}}))
+    assert not watch.feed(compact("d")[:20])  # a partial event
+    assert not watch.feed(compact("d")[20:])  # its end: the watch had it pending
+    assert not watch.feed(b"data: [DONE]\n\n")
