@@ -165,7 +165,6 @@ class Runtime:
         if any(getattr(config, name) != getattr(self.config, name) for name in fixed):
             log.warning("config reload: endpoints, server and state apply after a restart")
         self.keyring = KeyRing(config)
-        self.router.redactor = redactor_for(config)  # tenant keys may have changed
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
         self.admission.reconfigure(config.admission, limits)
         self.router.policy = build_policy(config.policy)
@@ -175,6 +174,8 @@ class Runtime:
                 for name in ("tenants", "classes", "policy", "admission")
             }
         )
+        # The running endpoints' keys and the new tenants' (the endpoints change on restart).
+        self.router.redactor = redactor_for(self.config)
 
     def next_seq(self) -> int:
         return next(self._seq)

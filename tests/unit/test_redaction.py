@@ -3,9 +3,12 @@ or changed elsewhere."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from gateway.config.settings import parse_config
+from gateway.config.settings import Settings, parse_config
+from gateway.server.runtime import Runtime
 from gateway.upstream.redaction import REDACTED, Redactor, configured_secrets
 from tests.fixtures.gateway import (
     ADMIN_KEY,
@@ -53,3 +56,18 @@ def test_the_configured_secrets_are_every_key_the_environment_holds() -> None:
     )
     secrets = configured_secrets(parse_config(data, "test"))
     assert set(secrets) >= {PROVIDER_KEY, TENANT_KEY, ADMIN_KEY, METRICS_TOKEN}
+
+
+async def test_a_reload_keeps_the_running_endpoints_keys_and_adds_the_new_tenants() -> None:
+    data = config([endpoint("e", "http://127.0.0.1:9", kind="openai")])
+    runtime = Runtime.build(parse_config(data, "test"), Settings())
+    reloaded = config([endpoint("other", "http://127.0.0.1:9")])  # endpoints apply on restart
+    reloaded["tenants"]["new"] = reloaded["tenants"].pop("zeta") | {"api_key_env": "TEST_NEW_KEY"}
+    os.environ["TEST_NEW_KEY"] = "sk-test-tenant-added-on-reload"
+    try:
+        runtime.apply(parse_config(reloaded, "test"))
+        echoed = f'"error": "{PROVIDER_KEY} sk-test-tenant-added-on-reload"'.encode()
+        assert runtime.router.redactor.events(echoed) == b'"error": "[redacted] [redacted]"'
+    finally:
+        del os.environ["TEST_NEW_KEY"]
+        await runtime.close()
