@@ -45,7 +45,7 @@ def serve(
         log_level=settings.log_level,
         lifespan="on",
         timeout_graceful_shutdown=gateway_config.server.drain_timeout_s,
-        http=bounded_protocol(gateway_config.server.max_header_bytes),
+        http=bounded_protocol(gateway_config.server),
     )
 
 

@@ -5,7 +5,8 @@ Anthropic routes, as an Anthropic one (the API layer picks the shape; `anthropic
     ├── InvalidRequest (400)          malformed JSON, wrong types, bad parameters
     │   ├── BodyTooLarge (413)
     │   ├── ModelNotFound (404)
-    │   └── ResponseNotFound (404)    a stored response no endpoint has (or its owner lost it)
+    │   ├── ResponseNotFound (404)    a stored response no endpoint has (or its owner lost it)
+    │   └── RequestTimeout (408)      the request head or body came too slowly
     ├── AuthenticationFailed (401)    missing or unknown API key
     ├── PermissionDenied (403)        an SLO class or admin view the key may not use
     ├── Rejected (429 or 503)         admission said no: carries Retry-After and a reason
@@ -89,6 +90,10 @@ class InvalidRequest(GatewayError):
 
 class BodyTooLarge(InvalidRequest):
     status = 413
+
+
+class RequestTimeout(InvalidRequest):
+    status = 408
 
 
 class AuthenticationFailed(GatewayError):

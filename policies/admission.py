@@ -1,8 +1,9 @@
 """Admission decisions: saturation with hysteresis, reserved headroom, shedding, deadline queue.
 
 Pure: snapshots, the previous state and the caller's clock (`now_s`) in, a decision out. The
-gateway (`gateway/core/admission_control.py`) keeps each endpoint's previous `Saturation`, applies tenant
-limits with the store's atomic counters, holds the `DeadlineQueue` and renders rejections.
+gateway (`gateway/core/admission_control.py`) keeps each endpoint's previous `Saturation`,
+applies tenant limits with the store's atomic counters, holds the `DeadlineQueue` and renders
+rejections.
 
 Pressure of one endpoint (0 = idle, 1 = at a threshold), the largest of
     kv_usage / kv_threshold                                  engine gauges, used only when no

@@ -172,6 +172,13 @@ class ServerConfig(_Strict):
     max_header_bytes: int = Field(32 * 1024, ge=1024, description="request line + headers")
     # The `model` clients see in answers: the public name they asked for, or the upstream's.
     response_model: Literal["public", "upstream"] = "public"
+    # Slow clients (gateway/server/http_protocol.py): a request line and headers must arrive
+    # within header_timeout_s (of the connection opening, or of their first byte on a reused
+    # one), and a body within body_timeout_s of its headers; else 408 and the connection closes.
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(60.0, gt=0)
+    # GET /metrics then needs `Authorization: Bearer <the value of this env var>`.
+    metrics_token_env: str | None = None
 
 
 class StateConfig(_Strict):

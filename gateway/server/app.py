@@ -1,4 +1,10 @@
-"""create_app(config): the ASGI app. Its lifespan builds the runtime and owns every task."""
+"""create_app(config): the ASGI app. Its lifespan builds the runtime and owns every task.
+
+No path redirects (Starlette's slash redirects point at whatever Host the client sent): an
+unknown path, with or without a trailing slash, is a 404 in OpenAI's error shape. A client that
+leaves while sending its body is a 499 (`cancelled` in the request log), or the 408 it was sent
+when its body was too slow (gateway/server/http_protocol.py), never a 500.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from pathlib import Path
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.config.settings import GatewayConfig, Settings
@@ -24,13 +31,14 @@ from gateway.server import (
     ops,
     responses_routes,
 )
+from gateway.server.http_protocol import BODY_TIMED_OUT, too_slow
 from gateway.server.middleware import RequestMiddleware
 from gateway.server.openai_routes import Handler
 from gateway.server.reload import ConfigReloader
 from gateway.server.runtime import Runtime
 from gateway.state.store import StatsStore
-from gateway.telemetry import request_log, tracing
-from gateway.telemetry.metrics import log
+from gateway.telemetry import access_log, request_log, tracing
+from gateway.telemetry.metrics import Metrics, log
 
 GC_YOUNG_OBJECTS = 20_000  # CPython's default is 700
 Renderer = Callable[[Request, GatewayError], Awaitable[Response]]
@@ -51,12 +59,14 @@ def create_app(
     """`config_path`, when given, is watched (and re-read on SIGHUP) for hot reloads."""
     settings = settings or Settings()
     tracing.configure()
+    access_log.strip_queries()
     if settings.request_log:
         request_log.configure()
+    metrics = Metrics()  # the middleware counts every request; the runtime the rest
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime = Runtime.build(config, settings, store)
+        runtime = Runtime.build(config, settings, store, metrics)
         app.state.runtime = runtime
         runtime.start()
         app.state.history = dashboard.watch(runtime, settings.dashboard_sample_s)
@@ -71,6 +81,7 @@ def create_app(
     app = GatewayApp(
         title="slo-gateway",
         lifespan=lifespan,
+        redirect_slashes=False,
         docs_url=None,
         redoc_url=None,
         # FastAPI's own OpenTelemetry stays off: gateway/telemetry/tracing.py makes the spans, and
@@ -78,6 +89,7 @@ def create_app(
         telemetry={"tracing": False, "metrics": False, "logs": False},
         exception_handlers={
             GatewayError: _gateway_error,
+            ClientDisconnect: _client_left,
             HTTPException: _http_error,
             RequestValidationError: _validation_error,
             Exception: _unexpected,
@@ -89,12 +101,9 @@ def create_app(
     app.include_router(model_routes.routes)
     app.include_router(ops.routes)
     app.include_router(dashboard.routes)
-    app.add_middleware(
-        RequestMiddleware, request_log=settings.request_log, log_prompts=settings.log_prompts
-    )
-    app.direct = RequestMiddleware(
-        _serve_direct, request_log=settings.request_log, log_prompts=settings.log_prompts
-    )
+    logs = {"request_log": settings.request_log, "log_prompts": settings.log_prompts}
+    app.add_middleware(RequestMiddleware, metrics=metrics, **logs)
+    app.direct = RequestMiddleware(_serve_direct, metrics=metrics, **logs)
     return app
 
 
@@ -126,6 +135,8 @@ async def _serve_direct(scope: Scope, receive: Receive, send: Send) -> None:
         return
     except GatewayError as exc:
         response = await render(request, exc)
+    except ClientDisconnect as exc:
+        response = await _client_left(request, exc)
     except Exception as exc:
         response = await render(request, _internal(request, exc))
     await response(scope, receive, send)
@@ -166,6 +177,14 @@ def _renderer(request: Request) -> Renderer:
 
 async def _gateway_error(request: Request, exc: GatewayError) -> Response:
     return await _renderer(request)(request, exc)
+
+
+async def _client_left(request: Request, exc: ClientDisconnect) -> Response:
+    """Nobody reads this answer; the status is what the request log and metrics record."""
+    timeout_s = request.scope.get("state", {}).get(BODY_TIMED_OUT)
+    if timeout_s is not None:
+        return await _gateway_error(request, too_slow("body", timeout_s))
+    return Response(status_code=499)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:

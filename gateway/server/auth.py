@@ -31,9 +31,9 @@ class KeyRing:
         for name, tenant in config.tenants.items():
             for digest in tenant.key_hashes():
                 self._tenants[digest] = Caller(name, tenant)
-        admin_env = config.server.admin_key_env
-        admin = os.environ.get(admin_env) if admin_env else None
-        self._admin = hash_key(admin) if admin else None
+        self._admin = _digest_of(config.server.admin_key_env)
+        self._metrics = _digest_of(config.server.metrics_token_env)
+        self._metrics_protected = config.server.metrics_token_env is not None
         self._classes = config.classes
 
     def caller(self, authorization: str | None, api_key: str | None = None) -> Caller:
@@ -47,9 +47,13 @@ class KeyRing:
         return caller
 
     def require_admin(self, authorization: str | None) -> None:
-        digest = hash_key(_bearer(authorization))
-        if self._admin is None or not hmac.compare_digest(digest, self._admin):
-            raise AuthenticationFailed(_INVALID, code="invalid_api_key")
+        _require(self._admin, authorization)
+
+    def require_metrics(self, authorization: str | None) -> None:
+        """Open unless `server.metrics_token_env` is set; then only its token (none while the
+        variable is unset or empty: a protected /metrics never falls open)."""
+        if self._metrics_protected:
+            _require(self._metrics, authorization)
 
     def slo(
         self,
@@ -96,6 +100,18 @@ def _tightest(target_s: float | None, hint_ms: str | None, header: str) -> float
             param=header,
         )
     return hint_s if target_s is None else min(target_s, hint_s)
+
+
+def _digest_of(env_name: str | None) -> str | None:
+    value = os.environ.get(env_name) if env_name else None
+    return hash_key(value) if value else None
+
+
+def _require(digest: str | None, authorization: str | None) -> None:
+    """Constant-time: the presented key's digest against the one expected (None: no key)."""
+    presented = hash_key(_bearer(authorization))
+    if digest is None or not hmac.compare_digest(presented, digest):
+        raise AuthenticationFailed(_INVALID, code="invalid_api_key")
 
 
 def _bearer(authorization: str | None) -> str:

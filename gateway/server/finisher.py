@@ -1,5 +1,6 @@
 """The live request path's accounting: `Outcomes` (gateway/core/outcomes.py) on the wall clock,
-plus the Prometheus series and the request's record.
+plus the upstream's Prometheus series and the request's record. `slo_gateway_requests_total`
+counts every API request, answered or not: the request middleware does it, from the record.
 
 Over the memory store every write finishes at once, so none needs a task; over Redis the
 observations do (the write-behind queues them), breaker and cool-down writes do not.
@@ -66,9 +67,6 @@ class Finisher:
         met = self.outcomes.finished(endpoint_id, request, result, limits, time.time())
         record.result, record.slo_met = result, met
         self.metrics.upstream_attempts.labels(endpoint_id, result.outcome).inc()
-        self.metrics.requests.labels(
-            request.model, endpoint_id, request.tenant, request.slo.name, result.outcome
-        ).inc()
         self._latency_histograms(endpoint_id, request, result)
         if met is not None:
             verdict = "met" if met else "missed"

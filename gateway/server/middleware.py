@@ -8,7 +8,9 @@ Recording: per API request it opens the record (gateway/telemetry/record.py) tha
 finds in `request.state.record` and passes to the router, makes the request span current
 (gateway/telemetry/tracing.py, when tracing is on), watches what is sent back (the status, and
 the error code of an error body), and at the very end (after the last byte of a stream) sets the
-span's attributes and writes one log line (gateway/telemetry/request_log.py).
+span's attributes, counts the request in `slo_gateway_requests_total` with its outcome (every
+API request, answered or refused, once) and writes one log line
+(gateway/telemetry/request_log.py).
 
 Both are one layer, so each message sent (every chunk of a stream) passes one wrapper, not two.
 """
@@ -23,6 +25,7 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.telemetry import request_log, tracing
+from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import RequestRecord
 
 API_PREFIX = "/v1/"
@@ -35,9 +38,15 @@ _ID_COUNTER = itertools.count()
 
 class RequestMiddleware:
     def __init__(
-        self, app: ASGIApp, *, request_log: bool = True, log_prompts: bool = False
+        self,
+        app: ASGIApp,
+        *,
+        metrics: Metrics,
+        request_log: bool = True,
+        log_prompts: bool = False,
     ) -> None:
         self.app = app
+        self.metrics = metrics
         self.request_log = request_log
         self.log_prompts = log_prompts
 
@@ -71,6 +80,7 @@ class RequestMiddleware:
                     self._close(record, state.get("tenant"))
                     tracing.close_request(span, record)
         finally:
+            self.metrics.count_request(record, request_log.outcome(record))
             if self.request_log:
                 request_log.emit(record, prompts=self.log_prompts)
 

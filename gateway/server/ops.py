@@ -44,7 +44,10 @@ def phase(runtime: Runtime, endpoint_id: str) -> str:
 
 @routes.get("/metrics")
 async def metrics(request: Request) -> Response:
+    """Prometheus text; a Bearer token when `server.metrics_token_env` is set (it shows tenant
+    names, endpoint ids and request counts: docs/observability.md)."""
     runtime: Runtime = request.app.state.runtime
+    runtime.keyring.require_metrics(request.headers.get("authorization"))
     m = runtime.metrics
     now = time.time()
     m.redis_up.set(1 if runtime.store_kind == "redis" and runtime.shared_state_up else 0)

@@ -5,8 +5,9 @@ here with its record; everything from there to the last byte happens in `handle`
 1. tenant limits, then the candidates in rotation and admission (saturation, shedding, the
    deadline queue); 2. the policy's ranking; 3. forwarding along the ranking with failover
    before the first byte (tenacity after the first failed attempt, by gateway/core/failover.py's
-   rules); 4. the answer relayed to the client, whole or streamed; 5. accounting (leases,
-   statistics, SLO, metrics) and the tenant's concurrency slot given back.
+   rules); 4. the answer relayed to the client, whole or streamed, with configured secrets
+   redacted from error bodies and events (gateway/upstream/redaction.py); 5. accounting
+   (leases, statistics, SLO, latency metrics) and the tenant's concurrency slot given back.
 A refusal or a failure before the response starts is raised as a `GatewayError`, which the API
 layer renders in its own error shape; after it, the relay ends the stream with an error event.
 
@@ -46,6 +47,7 @@ from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import Opened, Upstream, UpstreamCall
 from gateway.upstream.departure import Departure
 from gateway.upstream.grammar import Facts, parse_whole, restamp_whole
+from gateway.upstream.redaction import Redactor
 from gateway.upstream.relay import client_disconnected, commit, relay
 from gateway.watch.endpoints import Registry
 from gateway.watch.scraper import Scraper
@@ -75,6 +77,7 @@ class Router:
         upstream: Upstream,
         finisher: Finisher,
         metrics: Metrics,
+        redactor: Redactor,
         owners: ResponseOwners | None = None,
     ) -> None:
         """`owners`: where stored responses' endpoints are kept (default: in `view`'s store)."""
@@ -88,6 +91,7 @@ class Router:
         self.finisher = finisher
         self.metrics = metrics
         self.owners = owners or ResponseOwners.over(view.store)
+        self.redactor = redactor
         self.rng = random.Random()
         self.decisions = DecisionLog()
 
@@ -144,7 +148,7 @@ class Router:
         outcome = "cancelled"
         try:
             outcome = await relay(
-                opened, watch, raw_headers(headers | STREAM_HEADERS), receive, send
+                opened, watch, raw_headers(headers | STREAM_HEADERS), self.redactor, receive, send
             )
         finally:
             result = stream_result(opened, watch, outcome, request.prompt_tokens)
@@ -165,7 +169,7 @@ class Router:
         facts = call.grammar.facts(whole) if whole is not None else Facts()
         result = body_result(opened, facts, request.prompt_tokens)
         self.finisher.finish(opened, request, result, record)
-        body = opened.first
+        body = self.redactor.body(opened.status, opened.first)
         if whole is not None and self.server.response_model == "public":
             body = restamp_whole(body, whole, call.model)
         if call.store and facts.response_id:

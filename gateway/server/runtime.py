@@ -26,6 +26,7 @@ from gateway.state.store import StatsStore
 from gateway.state.view import SharedView
 from gateway.telemetry.metrics import Metrics, log
 from gateway.upstream.client import AiohttpUpstream
+from gateway.upstream.redaction import redactor_for
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import HealthChecker
 from gateway.watch.scraper import Scraper
@@ -98,10 +99,15 @@ class Runtime:
 
     @classmethod
     def build(
-        cls, config: GatewayConfig, settings: Settings, store: StatsStore | None = None
+        cls,
+        config: GatewayConfig,
+        settings: Settings,
+        store: StatsStore | None = None,
+        metrics: Metrics | None = None,
     ) -> Runtime:
+        """`metrics`: the app's, whose middleware counts requests into them (server/app.py)."""
         store, kind = (store, "custom") if store else open_store(config, settings)
-        metrics, background = Metrics(), Background()
+        metrics, background = metrics or Metrics(), Background()
         registry = Registry(config.endpoints)
         upstream = AiohttpUpstream(config.server)
         view = SharedView(store, [e.id for e in config.endpoints], config.state.refresh_s)
@@ -114,7 +120,16 @@ class Runtime:
         )
         policy = build_policy(config.policy)
         router = Router(
-            config.server, registry, view, scraper, admission, policy, upstream, finisher, metrics
+            config.server,
+            registry,
+            view,
+            scraper,
+            admission,
+            policy,
+            upstream,
+            finisher,
+            metrics,
+            redactor_for(config),
         )
         return cls(
             config,
@@ -160,6 +175,8 @@ class Runtime:
                 for name in ("tenants", "classes", "policy", "admission")
             }
         )
+        # The running endpoints' keys and the new tenants' (the endpoints change on restart).
+        self.router.redactor = redactor_for(self.config)
 
     def next_seq(self) -> int:
         return next(self._seq)

@@ -14,6 +14,8 @@ from prometheus_client import Gauge as _Gauge
 from prometheus_client import Histogram as _Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+from gateway.telemetry.record import RequestRecord
+
 log = logging.getLogger("slo_gateway")
 
 LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -59,11 +61,25 @@ class Metrics:
         self._admission(self.registry)
         self._endpoints(self.registry)
 
+    def count_request(self, record: RequestRecord, outcome: str) -> None:
+        """One API request at its end. Labels only from what the gateway chose or checked: the
+        model once routed (never a name a client made up), "" for what is unknown."""
+        route = record.route
+        self.requests.labels(
+            route.model if route else "",
+            record.endpoint_id or "",
+            record.tenant or "",
+            route.slo.name if route else "",
+            outcome,
+            (record.error_code or "") if outcome == "rejected" else "",
+        ).inc()
+
     def _requests(self, r: CollectorRegistry) -> None:
         self.requests = Counter(
             "slo_gateway_requests",
-            "Requests by outcome (ok, client_error, rejected, upstream_error, cancelled).",
-            ["model", "endpoint", "tenant", "slo_class", "outcome"],
+            "Every API request by outcome (ok, client_error, rejected, upstream_error, "
+            "cancelled, error); reason: the refusal's code when rejected.",
+            ["model", "endpoint", "tenant", "slo_class", "outcome", "reason"],
             registry=r,
         )
         self.upstream_attempts = Counter(

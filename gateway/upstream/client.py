@@ -69,7 +69,8 @@ class Chunks(Protocol):
 
 @dataclass(slots=True)
 class Opened:
-    """An upstream response whose first bytes are in hand (the whole body when not streamed).
+    """An upstream response whose first bytes are in hand (the whole body when not streamed),
+    as received: the router redacts secrets before anything reaches the client.
 
     `release` gives the connection back to the pool when the body was read to the end, else
     closes it, which is how the upstream learns that the request was abandoned; it never
@@ -226,7 +227,7 @@ async def _first_bytes(
     if status >= 300 and status not in CLIENT_FAULT_STATUSES:
         await _raise_for_status(endpoint, response)
     if not call.stream or status >= 300:
-        return _redacted(endpoint, await response.read())
+        return await response.read()  # the router redacts it (gateway/upstream/redaction.py)
     first = await response.content.readany()  # empty only at the end of the body
     if first:
         return first
@@ -259,12 +260,13 @@ def _dumps(body: dict[str, Any]) -> bytes:
         ) from None
 
 
-def _redacted(endpoint: EndpointConfig, body: bytes) -> bytes:
-    """A whole body minus the endpoint's API key, should a careless upstream echo it."""
-    key = endpoint.api_key()
-    return body.replace(key.encode(), b"[redacted]") if key else body
-
-
 async def _raise_for_status(endpoint: EndpointConfig, response: aiohttp.ClientResponse) -> None:
     body = await response.read()
     raise answered_with_error(endpoint.id, response.status, response.headers, body, time.time())
+
+
+def _redacted(endpoint: EndpointConfig, body: bytes) -> bytes:
+    """A passed-through body minus the endpoint's API key, should a careless upstream echo it
+    (these answers bypass the router's redactor)."""
+    key = endpoint.api_key()
+    return body.replace(key.encode(), b"[redacted]") if key else body

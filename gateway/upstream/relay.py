@@ -4,7 +4,8 @@ The API's stream grammar (gateway/upstream/grammar.py) reads every chunk on the 
 reads an attempt's opening events until the grammar may answer the client (chat: its first
 bytes; Responses and Messages: their first token), so that a stream failing before that still
 counts as a failed attempt and fails over; `relay` then sends what was held and relays the rest.
-What the client gets is the upstream's whole events as received (the grammar restamps `model`),
+What the client gets is the upstream's whole events as received (the grammar restamps `model`;
+secrets are redacted from events that mention an error, gateway/upstream/redaction.py),
 and, when the upstream fails or stops early, an error event in the API's own grammar. A partial
 event is never sent ahead of that error event. The relay stops when the client leaves (noticed
 by gateway/upstream/departure.py, which cancels it). Its outcome is `ok`, `upstream_error` (a
@@ -28,6 +29,7 @@ from gateway.errors import AttemptFailed
 from gateway.upstream.client import Opened
 from gateway.upstream.departure import Departure
 from gateway.upstream.grammar import StreamGrammar
+from gateway.upstream.redaction import Redactor
 
 # What a failing upstream connection raises: aiohttp's errors, its timeouts, bare socket errors.
 UPSTREAM_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
@@ -87,6 +89,7 @@ async def relay(
     opened: Opened,
     watch: StreamGrammar,
     headers: list[tuple[bytes, bytes]],
+    redact: Redactor,
     receive: Receive,
     send: Send,
 ) -> str:
@@ -96,7 +99,7 @@ async def relay(
     try:
         with departure:
             await send({"type": "http.response.start", "status": opened.status, "headers": headers})
-            outcome = await _relay(opened, watch, send)
+            outcome = await _relay(opened, watch, redact, send)
     except asyncio.CancelledError:
         if not departure.left:
             raise
@@ -104,10 +107,13 @@ async def relay(
     return outcome
 
 
-async def _relay(opened: Opened, watch: StreamGrammar, send: Send) -> str:
-    """`opened.first` went through the watch in `commit`; the rest goes through it here."""
+async def _relay(opened: Opened, watch: StreamGrammar, redact: Redactor, send: Send) -> str:
+    """`opened.first` went through the watch in `commit`; the rest goes through it here. The
+    watch hands back whole events only, so an event that mentions an error is redacted whole
+    (a key split across reads is still found) and costs a substring test otherwise."""
     events, read = opened.first, opened.rest.readany
     while True:
+        events = redact.events(events)
         if events:
             await send({"type": "http.response.body", "body": events, "more_body": True})
         try:
@@ -118,7 +124,7 @@ async def _relay(opened: Opened, watch: StreamGrammar, send: Send) -> str:
             )
             return await _end(send, "upstream_error", tail)
         if not chunk:
-            tail = watch.flush()
+            tail = redact.events(watch.flush())
             if watch.done or watch.upstream_error:
                 return await _end(send, "ok", tail)
             tail += watch.error_event("The upstream ended the stream early.", TRUNCATED)

@@ -35,6 +35,17 @@ KUBE_VERSIONS = ["1.29.0", "1.35.0"]
 
 _DURATION = {"type": "string", "pattern": "^(0|([0-9]+(ms|s|m|h|d|w|y))+)$"}
 _LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+_SECRET_KEY = {
+    "type": "object",
+    "required": ["name", "key"],
+    "additionalProperties": False,
+    "properties": {"name": {"type": "string", "minLength": 1}, "key": {"type": "string"}},
+}
+_AUTHORIZATION = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"type": {"const": "Bearer"}, "credentials": _SECRET_KEY},
+}
 SERVICEMONITOR_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["apiVersion", "kind", "metadata", "spec"],
@@ -69,6 +80,7 @@ SERVICEMONITOR_SCHEMA: dict[str, Any] = {
                             "path": {"type": "string"},
                             "interval": _DURATION,
                             "scrapeTimeout": _DURATION,
+                            "authorization": _AUTHORIZATION,
                         },
                     },
                 },

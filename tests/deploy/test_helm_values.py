@@ -83,6 +83,32 @@ def test_servicemonitor_scrapes_the_gateway_service_port(render: Render) -> None
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
+def test_servicemonitor_sends_the_metrics_token_only_when_metrics_need_one(render: Render) -> None:
+    monitor = only(render(EXTERNAL), "ServiceMonitor")["spec"]["endpoints"][0]
+    assert monitor["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "slo-gateway-keys", "key": "GATEWAY_METRICS_TOKEN"},
+    }
+    chart_secret = render(
+        None,
+        "serviceMonitor.enabled=true",
+        "config.server.metrics_token_env=METRICS_TOKEN",
+        "secrets.values.METRICS_TOKEN=t0ken",
+    )
+    credentials = only(chart_secret, "ServiceMonitor")["spec"]["endpoints"][0]["authorization"]
+    assert credentials["credentials"] == {
+        "name": f"{RELEASE}-slo-gateway-env",
+        "key": "METRICS_TOKEN",
+    }
+    open_metrics = only(render(None, "serviceMonitor.enabled=true"), "ServiceMonitor")
+    assert "authorization" not in open_metrics["spec"]["endpoints"][0]
+
+
+def test_refuses_a_metrics_token_prometheus_could_not_read(helm: Path) -> None:
+    sets = ("serviceMonitor.enabled=true", "config.server.metrics_token_env=METRICS_TOKEN")
+    assert "config.server.metrics_token_env is METRICS_TOKEN" in helm_error(helm, None, *sets)
+
+
 def test_single_replica_runs_on_the_memory_store(render: Render) -> None:
     manifests = render(SINGLE)
     assert "GATEWAY_REDIS_URL" not in env_of(gateway_container(manifests))
@@ -200,6 +226,6 @@ def install_notes(helm: Path, values_file: str | None) -> str:
 def test_notes_name_the_key_variables_nothing_provides(helm: Path) -> None:
     notes = install_notes(helm, EXTERNAL)
     assert f"port-forward svc/{RELEASE}-slo-gateway 8080:80" in notes
-    assert "GATEWAY_ADMIN_KEY, GATEWAY_TENANT_ACME_KEY" in notes
+    assert "GATEWAY_ADMIN_KEY, GATEWAY_METRICS_TOKEN, GATEWAY_TENANT_ACME_KEY" in notes
     assert "OPENAI_API_KEY" not in notes  # set through extraEnv
     assert "neither secrets.values" not in install_notes(helm, SINGLE)

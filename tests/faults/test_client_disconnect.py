@@ -1,8 +1,14 @@
-"""Fault matrix 6: a client that leaves mid-stream or before the first byte. The upstream
-request is cancelled, the lease and the tenant's concurrency slot are released, and every
-in-flight count (the gateway's store and metrics, the engine's own) is back to zero."""
+"""Fault matrix 6: a client that leaves mid-stream, before the first byte or while still
+sending its body. The upstream request is cancelled, the lease and the tenant's concurrency slot
+are released, and every in-flight count (the gateway's store and metrics, the engine's own) is
+back to zero; each is a 499 / `cancelled` in the request log and the metrics, never a 500."""
 
 from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -10,12 +16,16 @@ import pytest
 from tests.faults.clients import AUTH, chat_url, eventually
 from tests.faults.shared_state import live_leases, redis_gateway, tenant_leases
 from tests.fixtures.gateway import (
+    TENANT_KEY,
+    LoggedGateway,
     admin_endpoints,
     chat_body,
     config,
+    counter_sum,
     endpoint,
     engine,
     fleet_member,
+    request_lines,
     set_faults,
     sim_stats,
 )
@@ -76,3 +86,62 @@ def test_client_leaving_mid_stream_or_before_the_first_byte_frees_everything(
                 for _ in range(2)
             ]
     assert statuses == [200, 200]
+
+
+MID_BODY, MID_STREAM = 20, 10
+
+
+def leave_mid_body(port: int) -> None:
+    """Declare a 10 kB body, send 100 bytes of it, and hang up."""
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n"
+        f"authorization: Bearer {TENANT_KEY}\r\ncontent-type: application/json\r\n"
+        "content-length: 10000\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(head.encode() + b'{"model": "llama-3-8b", "messages": [' + b" " * 62)
+        time.sleep(0.2)  # the gateway is reading the body by now
+
+
+def leave_mid_stream(url: str) -> None:
+    body = chat_body(max_tokens=2000, stream=True)
+    with httpx.stream("POST", chat_url(url), json=body, headers=AUTH, timeout=20) as response:
+        chunks = response.iter_bytes()
+        assert b"data:" in next(chunks)
+
+
+def leavers(gateway: LoggedGateway) -> list[threading.Thread]:
+    return [
+        *(threading.Thread(target=leave_mid_body, args=(gateway.port,)) for _ in range(MID_BODY)),
+        *(
+            threading.Thread(target=leave_mid_stream, args=(gateway.base_url,))
+            for _ in range(MID_STREAM)
+        ),
+    ]
+
+
+def test_clients_leaving_mid_body_or_mid_stream_are_cancelled_never_a_500(
+    tmp_path: Path,
+) -> None:
+    left = MID_BODY + MID_STREAM
+    with (
+        fleet_member(engine()) as engine_url,
+        LoggedGateway(config([endpoint("e1", engine_url)]), tmp_path) as gateway,
+    ):
+        threads = leavers(gateway)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(20)
+        assert eventually(lambda: len(request_lines(gateway.logs())) >= left, 10)
+        assert eventually(lambda: admin_endpoints(gateway.base_url)["e1"]["in_flight"] == 0, 5)
+        assert eventually(lambda: sim_stats(engine_url)["in_progress"] == 0, 5)
+        after = httpx.post(chat_url(gateway.base_url), json=chat_body(max_tokens=2), headers=AUTH)
+        metrics = httpx.get(gateway.base_url + "/metrics").text
+        logs = gateway.stop()
+    ended = sorted((line["status"], line["outcome"]) for line in request_lines(logs)[:left])
+    assert ended == [(200, "cancelled")] * MID_STREAM + [(499, "cancelled")] * MID_BODY
+    assert "Traceback" not in logs and "internal_error" not in logs
+    assert counter_sum(metrics, "slo_gateway_requests_total", outcome="cancelled") == left
+    assert counter_sum(metrics, "slo_gateway_requests_total", outcome="error") == 0
+    assert after.status_code == 200

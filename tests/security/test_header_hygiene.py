@@ -143,3 +143,29 @@ def test_a_malformed_request_id_is_replaced_before_it_goes_upstream(request_id: 
     assert sent != request_id and re.fullmatch(r"[0-9a-f]{16,64}", sent)  # one the gateway made
     assert response.headers["x-request-id"] == sent
     assert response.json()["object"] == OK_BODY["object"]
+
+
+SLASHED = [
+    ("POST", "/v1/chat/completions/"),
+    ("POST", "/v1/embeddings/"),
+    ("GET", "/v1/models/"),
+    ("GET", "/dashboard/"),
+    ("GET", "/metrics/"),
+]
+
+
+def test_a_trailing_slash_is_a_404_never_a_redirect_to_the_clients_host() -> None:
+    with fleet_member(engine()) as url, running_gateway(config([endpoint("e", url)])) as gateway:
+        responses = [
+            httpx.request(
+                method,
+                gateway.base_url + path,
+                json=chat_body(max_tokens=2) if method == "POST" else None,
+                headers=AUTH | {"host": "evil.example"},
+            )
+            for method, path in SLASHED
+        ]
+    for response in responses:
+        assert response.status_code == 404 and "location" not in response.headers
+        assert openai_error(404, response.headers["content-type"], response.json()) is None
+        assert "evil.example" not in response.text

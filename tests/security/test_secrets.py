@@ -1,14 +1,10 @@
-"""Provider API keys (and tenant keys) never leave the gateway: not in its logs (stdout and
-stderr, at debug level), error bodies, response headers, /metrics, the admin views or any other
-page it serves, while requests flow and fail."""
+"""Provider API keys, tenant keys and the admin key never leave the gateway: not in its logs
+(stdout and stderr, at debug level), error bodies, streamed error events (whole, split across
+reads, or cut mid-line), response headers, /metrics, the admin views or any other page it
+serves, while requests flow and fail, even when an upstream echoes them (`echo_secrets`)."""
 
 from __future__ import annotations
 
-import json
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +12,13 @@ import httpx
 import pytest
 
 from gateway.config.settings import ConfigError, parse_config
-from tests.faults.upstreams import Answer, ScriptedUpstream, Seen, serving
+from tests.faults.upstreams import ECHO_MODES, ScriptedUpstream, echo_secrets, serving
 from tests.fixtures.gateway import (
     ADMIN_KEY,
     PROVIDER_KEY,
     PUBLIC_MODEL,
     TENANT_KEY,
-    GatewayProcess,
-    _answers,
+    LoggedGateway,
     chat_body,
     config,
     endpoint,
@@ -34,45 +29,12 @@ from tests.fixtures.servers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 BROKEN_MODEL = "only-broken"
-SECRETS = [PROVIDER_KEY, PROVIDER_KEY.removeprefix("sk-test-"), TENANT_KEY]
+SECRETS = [PROVIDER_KEY, PROVIDER_KEY.removeprefix("sk-test-"), TENANT_KEY, ADMIN_KEY]
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 PAGES = [
     "/metrics", "/readyz", "/healthz", "/openapi.json", "/admin/endpoints", "/admin/decisions",
     "/admin/dashboard.json", "/dashboard",
 ]  # fmt: skip
-
-
-class LoggedGateway(GatewayProcess):
-    """GatewayProcess whose stdout and stderr go to a file the test reads afterwards."""
-
-    def __enter__(self) -> LoggedGateway:
-        self.log_path = self.config_path.with_suffix(".log")
-        command = [sys.executable, "-m", "gateway", "serve", "--config", str(self.config_path)]
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                [*command, "--port", str(self.port)], env=self.env, stdout=log, stderr=log
-            )
-        deadline = time.monotonic() + 20
-        while not _answers(self.base_url + "/healthz"):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gateway did not start: {self.log_path.read_text()}")
-            time.sleep(0.1)
-        return self
-
-    def stop(self) -> str:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        self.process.wait(15)
-        return self.log_path.read_text(errors="replace")
-
-
-def echo_credentials(seen: Seen) -> Answer:
-    """A careless upstream whose 400 repeats the credentials it was sent (its probe is fine)."""
-    if seen.method == "GET":
-        return Answer()
-    echoed = " ".join(v for k, v in seen.headers if k.lower() == "authorization")
-    error = {"message": f"bad request from {echoed}", "type": "x", "param": None, "code": None}
-    return Answer(400, [("x-echo", echoed)], json.dumps({"error": error}).encode())
 
 
 def endpoints(good: str, wrong_key: str, erroring: str, echo: str) -> list[dict[str, Any]]:
@@ -95,7 +57,11 @@ def traffic(base_url: str) -> list[httpx.Response]:
         *[chat_body(max_tokens=3, stream=stream) for stream in (False, True) * 4],
         chat_body(model=BROKEN_MODEL, max_tokens=3),
         chat_body(model=BROKEN_MODEL, max_tokens=3, stream=True),
-        chat_body(model="echo-model", max_tokens=3),
+        *[
+            chat_body(f"{mode} {TENANT_KEY} {ADMIN_KEY}", model="echo-model", stream=stream)
+            for mode in ECHO_MODES
+            for stream in (False, True)
+        ],
         chat_body(model="nope"),
         {"model": PUBLIC_MODEL},
     ]
@@ -114,7 +80,7 @@ def test_provider_keys_never_appear_in_logs_bodies_headers_metrics_or_admin_view
         fleet_member(provider()) as good,
         fleet_member(wrong) as wrong_key,
         fleet_member(erroring) as failing,
-        serving(ScriptedUpstream(echo_credentials)) as echo,
+        serving(ScriptedUpstream(echo_secrets)) as echo,
     ):
         data = config(endpoints(good, wrong_key, failing, echo), state={"health_interval_s": 0.2})
         gateway = LoggedGateway(data, tmp_path, GATEWAY_LOG_LEVEL="debug")

@@ -97,9 +97,17 @@ def test_tally_sums_one_class_or_one_tenant() -> None:
         },
         shed={("batch", "zeta", "saturated"): 3, ("batch", "acme", "queue_full"): 1},
         queued={("batch",): 4},
+        outcomes={
+            ("interactive", "acme", "ok"): 10,
+            ("interactive", "acme", "upstream_error"): 2,
+            ("batch", "zeta", "rejected"): 3,
+            ("", "", "client_error"): 4,  # never authenticated: nobody's
+        },
     )
     interactive = tally(totals, slo_class="interactive")
     assert (interactive["requests"], interactive["attainment"]) == (10, 0.8)
+    assert interactive["errors"] == {"upstream_error": 2} and interactive["errors_total"] == 2
+    assert tally(totals, tenant="zeta")["errors"] == {"rejected": 3}
     batch = tally(totals, slo_class="batch")
     assert batch["shed"] == {"queue_full": 1, "saturated": 3} and batch["queued"] == 4
     zeta = tally(totals, tenant="zeta")

@@ -1,10 +1,12 @@
-"""The request log line: its shape, its outcome rules, and what it must never contain."""
+"""The request log line: its shape, its outcome rules, and what it must never contain; the
+request counter it shares its outcome with; uvicorn's access lines without query strings."""
 
 from __future__ import annotations
 
 import asyncio
 import io
 import json
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -13,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from gateway.telemetry import request_log
+from gateway.telemetry import access_log, request_log
+from gateway.telemetry.access_log import WithoutQuery
+from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import Finished, RequestRecord
 from gateway.telemetry.request_log import error_code, line, outcome
 from policies.base import Ranking, RouteRequest, SloTarget
@@ -167,3 +171,47 @@ def test_a_flush_left_pending_by_a_closed_loop_does_not_stop_later_ones(
     asyncio.run(log_and_wait())
     assert len(stdout_only.flushed) > flushed
     assert stdout_only.flushed[-1] == stdout_only.getvalue()
+
+
+def access_record(target: str) -> logging.LogRecord:
+    args = ("127.0.0.1:5000", "GET", target, "1.1", 401)
+    return logging.LogRecord("uvicorn.access", logging.INFO, "", 0, ACCESS_FORMAT, args, None)
+
+
+ACCESS_FORMAT = '%s - "%s %s HTTP/%s" %d'  # what uvicorn logs per response
+
+
+def test_uvicorns_access_lines_lose_their_query_strings() -> None:
+    record = access_record("/dashboard?key=sk-test-admin&x=1")
+    assert WithoutQuery().filter(record)
+    assert record.getMessage() == '127.0.0.1:5000 - "GET /dashboard HTTP/1.1" 401'
+    plain = access_record("/v1/models")
+    assert WithoutQuery().filter(plain) and plain.getMessage().endswith(
+        '"GET /v1/models HTTP/1.1" 401'
+    )
+
+
+def test_the_query_filter_is_installed_once() -> None:
+    access_log.strip_queries()
+    access_log.strip_queries()
+    logger = logging.getLogger(access_log.ACCESS_LOGGER)
+    assert sum(isinstance(f, WithoutQuery) for f in logger.filters) == 1
+
+
+def test_every_request_is_counted_once_with_its_outcome_and_reason() -> None:
+    metrics = Metrics()
+    refused = RequestRecord("r2", "POST", "/v1/chat/completions", 0.0, status=429)
+    refused.route, refused.tenant, refused.error_code = ROUTE, "acme", "tenant_rate_limited"
+    unknown = RequestRecord("r3", "POST", "/v1/chat/completions", 0.0, status=401)
+    for record in (served(), refused, unknown):
+        metrics.count_request(record, outcome(record))
+    counts = {
+        tuple(s.labels.values()): s.value
+        for s in next(iter(metrics.requests.collect())).samples
+        if s.name.endswith("_total")
+    }
+    assert counts == {
+        ("llama", "vllm-a", "acme", "interactive", "ok", ""): 1,
+        ("llama", "", "acme", "interactive", "rejected", "tenant_rate_limited"): 1,
+        ("", "", "", "", "client_error", ""): 1,
+    }

@@ -17,7 +17,7 @@ from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import UpstreamCall
 from gateway.upstream.messages_events import MESSAGES
 from policies.base import RouteRequest
-from tests.fixtures.gateway import PUBLIC_MODEL, chat_body, config, endpoint
+from tests.fixtures.gateway import PUBLIC_MODEL, TENANT_KEY, chat_body, config, endpoint
 from tests.fixtures.upstream_fakes import Answer, Client, Cut, FakeUpstream, sse
 
 CHUNK = {"choices": [{"delta": {"content": "hi"}}]}
@@ -39,7 +39,7 @@ def router_over(
     old = runtime.router
     router = Router(
         old.server, old.registry, old.view, old.scraper, old.admission, old.policy, fake,
-        old.finisher, old.metrics,
+        old.finisher, old.metrics, old.redactor,
     )  # fmt: skip
     return router, fake
 
@@ -203,3 +203,29 @@ async def test_after_the_first_token_a_cut_ends_with_the_grammars_error(runtime:
     )
     assert client.body.count(b"event: con") == 1  # the partial event never reached the client
     assert record.result is not None and record.result.outcome == "upstream_error"
+
+
+async def test_a_cut_drops_the_partial_event_before_the_error_event(runtime: Runtime) -> None:
+    partial = b'data: {"choices": [{"delta": {"content": "ab'
+    router, _ = router_over(
+        runtime, lambda ep, call: Answer([sse(CHUNK), partial, OSError("reset")])
+    )
+    route, call, record = request(runtime, stream=True)
+    client = Client()
+    await router.handle(route, call, record, client.receive, client.send)
+    assert client.body.startswith(sse(CHUNK)) and partial not in client.body
+    assert client.body.count(b"\n\n") == 2 and b"upstream_stream_interrupted" in client.body
+
+
+async def test_a_tenant_key_split_across_reads_of_an_error_event_is_redacted(
+    runtime: Runtime,
+) -> None:
+    error = sse({"error": {"message": f"key {TENANT_KEY} exhausted"}})
+    middle = error.index(b"acme")
+    reads = [sse(CHUNK), error[:middle], error[middle:]]
+    router, _ = router_over(runtime, lambda ep, call: Answer(reads))
+    route, call, record = request(runtime, stream=True)
+    client = Client()
+    await router.handle(route, call, record, client.receive, client.send)
+    assert TENANT_KEY.encode() not in client.body and b"key [redacted] exhausted" in client.body
+    assert record.result is not None and record.result.outcome == "ok"  # the upstream's error

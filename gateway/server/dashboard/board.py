@@ -12,7 +12,9 @@ polling and for scripts, and rendered server-side into the page's first state.
                         for a typical request, and history {at_s[], <Point field>[]} (sparklines)
     classes[]           name, ttft_ms, tpot_ms, deadline_ms, priority, sheddable, and
                         window / total: {requests, met, missed, attainment, shed {reason: n},
-                        shed_total, queued}
+                        shed_total, queued, errors {outcome: n}, errors_total}: requests are
+                        the judged ones; errors count every request whose outcome was not ok
+                        (slo_gateway_requests_total: refused, failed, cancelled)
     tenants[]           name, allowed_classes, window / total as for classes (queued: null)
     decisions[]         newest first: the router's decision log entries plus `explanation`
 
@@ -25,13 +27,14 @@ from __future__ import annotations
 import hashlib
 import itertools
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.server import ops
 from gateway.server.dashboard import readings
 from gateway.server.dashboard.explain import explain
 from gateway.server.dashboard.history import History
-from gateway.server.dashboard.readings import Totals
+from gateway.server.dashboard.readings import Key, Totals
 from gateway.server.runtime import Runtime
 from policies.estimate import Estimator
 
@@ -133,20 +136,29 @@ def tally(
 
     met = sum(n for key, n in totals.slo.items() if mine(key) and key[2] == "met")
     missed = sum(n for key, n in totals.slo.items() if mine(key) and key[2] == "missed")
-    shed: dict[str, int] = {}
-    for key, n in totals.shed.items():
-        if mine(key) and n:
-            shed[key[2]] = shed.get(key[2], 0) + round(n)
+    shed = by_last_label(totals.shed, mine)
+    errors = by_last_label(totals.outcomes, lambda key: mine(key) and key[2] != "ok")
     queued = None if slo_class is None else round(totals.queued.get((slo_class,), 0.0))
     return {
         "requests": round(met + missed),
         "met": round(met),
         "missed": round(missed),
         "attainment": met / (met + missed) if met + missed else None,
-        "shed": dict(sorted(shed.items())),
+        "shed": shed,
         "shed_total": sum(shed.values()),
         "queued": queued,
+        "errors": errors,
+        "errors_total": sum(errors.values()),
     }
+
+
+def by_last_label(counts: Mapping[Key, float], mine: Callable[[Key], bool]) -> dict[str, int]:
+    """Counts of the keys `mine` keeps, by their last label (a reason, an outcome)."""
+    summed: dict[str, int] = {}
+    for key, n in counts.items():
+        if mine(key) and n:
+            summed[key[-1]] = summed.get(key[-1], 0) + round(n)
+    return dict(sorted(summed.items()))
 
 
 def classes(runtime: Runtime, window: Totals, total: Totals) -> list[dict[str, Any]]:

@@ -207,13 +207,14 @@ def _counts(item: Mapping[str, Any], *, queued: bool) -> str:
         f'<td class="num attain">{cell(item, "window.attainment", "pct")}<small>'
         f"{cell(item, 'window.missed', 'num')} missed</small></td>",
         f"<td>{cell(item, 'window.shed', 'reasons')}</td>",
+        f"<td>{cell(item, 'window.errors', 'reasons')}</td>",
     ]
     if queued:
         cells.append(f'<td class="num">{cell(item, "window.queued", "num")}</td>')
     cells.append(
         f'<td class="num">{cell(item, "total.attainment", "pct")}<small>'
         f"{cell(item, 'total.requests', 'num')} req · {cell(item, 'total.shed_total', 'num')} "
-        "shed</small></td>"
+        f"shed · {cell(item, 'total.errors_total', 'num')} not ok</small></td>"
     )
     return "".join(cells)
 
@@ -274,7 +275,7 @@ _PAGE = """<!doctype html>
 <h2>SLO classes</h2>
 <table>
 <thead><tr><th>Class</th><th>Targets</th><th>Judged</th><th>SLO met</th><th>Shed, by reason</th>
-<th>Queued</th><th>Since start</th></tr></thead>
+<th>Not ok, by outcome</th><th>Queued</th><th>Since start</th></tr></thead>
 <tbody>{classes}</tbody>
 </table>
 </section>
@@ -282,7 +283,7 @@ _PAGE = """<!doctype html>
 <h2>Tenants</h2>
 <table>
 <thead><tr><th>Tenant</th><th>Judged</th><th>SLO met</th><th>Shed, by reason</th>
-<th>Since start</th></tr></thead>
+<th>Not ok, by outcome</th><th>Since start</th></tr></thead>
 <tbody>{tenants}</tbody>
 </table>
 </section>

@@ -3,15 +3,15 @@
 Predictions are what the routing estimator (policies/estimate.py, with the configured policy's
 parameters, else the defaults) says now about a typical request on each endpoint: a prompt of
 the endpoint's mean prompt length in the window, and the default output length. Observed
-quantiles are the store's rolling ones (merged over replicas). Counts of SLO verdicts, sheds
-and queued requests come from this replica's Prometheus counters.
+quantiles are the store's rolling ones (merged over replicas). Counts of SLO verdicts, sheds,
+queued requests and requests by outcome come from this replica's Prometheus counters.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import Counter, Gauge
 
@@ -58,12 +58,14 @@ class Totals:
     slo: Mapping[Key, float]  # (class, tenant, met|missed)
     shed: Mapping[Key, float]  # (class, tenant, reason)
     queued: Mapping[Key, float]  # (class,)
+    outcomes: Mapping[Key, float] = field(default_factory=dict)  # (class, tenant, outcome)
 
     def minus(self, earlier: Totals) -> Totals:
         return Totals(
             _minus(self.slo, earlier.slo),
             _minus(self.shed, earlier.shed),
             _minus(self.queued, earlier.queued),
+            _minus(self.outcomes, earlier.outcomes),
         )
 
 
@@ -76,6 +78,7 @@ def totals(metrics: Metrics) -> Totals:
         _counts(metrics.slo, ("slo_class", "tenant", "result")),
         _counts(metrics.shed, ("slo_class", "tenant", "reason")),
         _counts(metrics.queued, ("slo_class",)),
+        _counts(metrics.requests, ("slo_class", "tenant", "outcome")),
     )
 
 

@@ -1,11 +1,11 @@
 """Dashboard routes and their sign-in.
 
     GET  /dashboard               the page (admin key as Bearer, or the session cookie);
-                                  without either, a sign-in form (401)
+                                  without either, a sign-in form (401). A key in the query
+                                  (`?key=`) is never used: URLs end up in access logs, proxies
+                                  and browser history (the gateway's own access log drops query
+                                  strings: gateway/telemetry/access_log.py)
     POST /dashboard               the form's key (urlencoded `key`): sets the cookie, 303 back
-    GET  /dashboard?key=<admin>   the same for a browser that cannot send a header or a form
-                                  (kiosks, headless screenshots); the redirect drops the key from
-                                  the address bar, but access logs and proxies may record it
     GET  /admin/dashboard.json    the page's data (gateway/dashboard/board.py), for the page
                                   and for scripts (Bearer or cookie)
     GET  /dashboard/static/<name> the page's script and style sheet (no secrets, no auth)
@@ -82,10 +82,9 @@ def signed_in(request: Request, runtime: Runtime) -> bool:
 @routes.get("/dashboard")
 async def dashboard(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
-    key = request.query_params.get("key")
-    if key is not None:
-        return _sign_in(request, runtime, key)
     if not signed_in(request, runtime):
+        if "key" in request.query_params:
+            return _login("A key in the address is not accepted (addresses get logged).")
         return _login("Sign in with the gateway's admin key.")
     history: History = request.app.state.history
     return HTMLResponse(page.render(board.document(runtime, history)), headers=PAGE_HEADERS)

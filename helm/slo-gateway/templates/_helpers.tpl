@@ -122,7 +122,8 @@ app.kubernetes.io/component: redis
 {{- end }}
 {{- end }}
 
-{{/* Env var names the config refers to (api_key_env, admin_key_env), for NOTES.txt. */}}
+{{/* Env var names the config refers to (api_key_env, admin_key_env, metrics_token_env), for
+NOTES.txt. */}}
 {{- define "slo-gateway.referencedEnv" -}}
 {{- $names := list }}
 {{- range .Values.config.endpoints }}
@@ -133,6 +134,30 @@ app.kubernetes.io/component: redis
 {{- end }}
 {{- with .Values.config.server }}
 {{- if .admin_key_env }}{{ $names = append $names .admin_key_env }}{{ end }}
+{{- if .metrics_token_env }}{{ $names = append $names .metrics_token_env }}{{ end }}
 {{- end }}
 {{- $names | uniq | sortAlpha | join " " }}
+{{- end }}
+
+{{/* Where the ServiceMonitor reads the /metrics token when config.server.metrics_token_env
+protects it: serviceMonitor.tokenSecret, else the Secret that gives the gateway that variable
+(the chart's when secrets.values sets it, else secrets.existingSecret), at the key named after
+the variable. Empty when /metrics is open. */}}
+{{- define "slo-gateway.metricsTokenSecret" -}}
+{{- $env := (.Values.config.server | default dict).metrics_token_env }}
+{{- if $env }}
+{{- $chosen := .Values.serviceMonitor.tokenSecret }}
+{{- $name := $chosen.name }}
+{{- if not $name }}
+{{- if hasKey .Values.secrets.values $env }}
+{{- $name = include "slo-gateway.secretName" . }}
+{{- else if .Values.secrets.existingSecret }}
+{{- $name = .Values.secrets.existingSecret }}
+{{- else }}
+{{- fail (printf "config.server.metrics_token_env is %s: set it in secrets.values or secrets.existingSecret, or name the Secret that holds it in serviceMonitor.tokenSecret" $env) }}
+{{- end }}
+{{- end }}
+name: {{ $name }}
+key: {{ $chosen.key | default $env }}
+{{- end }}
 {{- end }}
