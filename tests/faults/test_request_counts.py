@@ -96,7 +96,10 @@ def test_a_burst_on_two_replicas_gets_exactly_the_limit_and_both_count_it(
 ) -> None:
     env = {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_REDIS_PREFIX": key_prefix}
     with fleet_member(engine()) as engine_url:
-        data = limited(config([endpoint("e1", engine_url)]), requests_per_min=5)
+        # A generous Redis timeout: on a loaded machine a slow answer would send a replica to
+        # its own memory (by design), and the limit would then hold per replica, not in total.
+        state = {"redis_timeout_s": 2.0}
+        data = limited(config([endpoint("e1", engine_url)], state=state), requests_per_min=5)
         with GatewayProcess(data, tmp_path, **env) as a, GatewayProcess(data, tmp_path, **env) as b:
             urls = [g.base_url + "/v1/chat/completions" for g in (a, b) for _ in range(8)]
             with ThreadPoolExecutor(16) as pool:
