@@ -49,6 +49,11 @@ class EndpointConfig(_Strict):
     max_concurrency: int | None = Field(None, ge=1)
     metrics_url: str | None = None
     health_path: str | None = None
+    # A class's engine_priority is sent as `priority` only where the engine schedules by it:
+    # vLLM refuses a non-zero priority unless started with --scheduling-policy priority.
+    priority_scheduling: bool = False
+    # A class's service_tier is sent where the endpoint takes it: true for any tier, or the list.
+    service_tiers: bool | list[str] = False
 
     @model_validator(mode="after")
     def _url(self) -> EndpointConfig:
@@ -81,6 +86,10 @@ class TenantConfig(_Strict):
     allowed_classes: list[str] = Field(min_length=1)
     default_class: str
     limits: TenantLimits = TenantLimits()
+    # The class's engine_priority / service_tier replace the client's own `priority` /
+    # `service_tier` (and a client's is dropped where the class sets none); by default a value
+    # the client set is kept.
+    enforce_class_priority: bool = False
 
     @model_validator(mode="after")
     def _keys(self) -> TenantConfig:
@@ -107,6 +116,8 @@ class SloClassConfig(_Strict):
     deadline_ms: float | None = Field(None, gt=0)
     priority: int = 0
     sheddable: bool = False
+    engine_priority: int | None = Field(None, description="vLLM's `priority`: lower runs first")
+    service_tier: str | None = Field(None, min_length=1, description="OpenAI's `service_tier`")
 
     def target(self, name: str) -> SloTarget:
         def seconds(ms: float | None) -> float | None:

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from gateway.config.settings import GatewayConfig, SloClassConfig, TenantConfig, hash_key
+from gateway.core.engine_hints import EngineHints, hints_for
 from gateway.errors import AuthenticationFailed, PermissionDenied
 from policies.base import SloTarget
 
@@ -30,6 +31,11 @@ class KeyRing:
         admin = os.environ.get(admin_env) if admin_env else None
         self._admin = hash_key(admin) if admin else None
         self._classes = config.classes
+        self._hints = {
+            (tenant, name): hints_for(tenant_config, config.classes[name])
+            for tenant, tenant_config in config.tenants.items()
+            for name in tenant_config.allowed_classes
+        }
 
     def caller(self, authorization: str | None) -> Caller:
         digest = hash_key(_bearer(authorization))
@@ -55,6 +61,10 @@ class KeyRing:
             )
         klass: SloClassConfig = self._classes[name]
         return klass.target(name)
+
+    def hints(self, caller: Caller, slo_class: str) -> EngineHints | None:
+        """The engine priority and service tier for `caller`'s requests of an allowed class."""
+        return self._hints[caller.tenant, slo_class]
 
 
 def _bearer(authorization: str | None) -> str:

@@ -96,7 +96,8 @@ async def handle(request: Request, send: Send, path: str, kind: Kind) -> None:
         stream=fields.stream,
         seq=runtime.next_seq(),
     )
-    call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream)
+    hints = runtime.keyring.hints(caller, slo.name) if kind != "embeddings" else None
+    call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream, hints)
     await runtime.router.handle(route, call, record, request.receive, send)
 
 

@@ -22,6 +22,7 @@ from httpx_aiohttp import AiohttpTransport
 from yarl import URL
 
 from gateway.config.settings import EndpointConfig, ServerConfig
+from gateway.core.engine_hints import EngineHints
 from gateway.core.failover import CLIENT_FAULT_STATUSES, FIRST_BYTE_TIMEOUT, answered_with_error
 from gateway.errors import AttemptFailed, InvalidRequest
 from gateway.telemetry import tracing
@@ -49,6 +50,7 @@ class UpstreamCall:
     body: dict[str, Any]
     model: str  # the public model name
     stream: bool
+    hints: EngineHints | None = None  # the class's engine priority and service tier
 
 
 class Chunks(Protocol):
@@ -168,6 +170,8 @@ class AiohttpUpstream:
     def _body(endpoint: EndpointConfig, call: UpstreamCall) -> bytes:
         body = dict(call.body)
         body["model"] = endpoint.models[call.model]
+        if call.hints is not None:
+            call.hints.apply(body, endpoint)
         return _dumps(body)
 
     @staticmethod
