@@ -157,6 +157,7 @@ class StateConfig(_Strict):
     redis_timeout_s: float = Field(0.25, gt=0, description="a slower Redis counts as down")
     scrape_interval_s: float = Field(0.25, gt=0)
     scrape_stale_after_s: float = Field(2.0, gt=0)
+    rate_window_s: float = Field(2.0, gt=0, description="engine counters' rates over the last")
     health_interval_s: float = Field(5.0, gt=0)
     breaker_failures: int = Field(5, ge=1, description="consecutive failures that open it")
     breaker_cooldown_s: float = Field(10.0, gt=0)
