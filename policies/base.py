@@ -2,8 +2,8 @@
 
 A policy is pure: it reads a `RouteRequest` and one `EndpointSnapshot` per candidate and returns
 a `Ranking`. No I/O, no clock reads, no metrics or logs; randomness only through the
-`random.Random` the caller injects. The orchestrator (`gateway/server/router.py`) has already dropped
-unhealthy endpoints, handles an empty ranking, and times the call.
+`random.Random` the caller injects. The orchestrator (`gateway/server/router.py`) has already
+dropped unhealthy endpoints, handles an empty ranking, and times the call.
 """
 
 from __future__ import annotations
