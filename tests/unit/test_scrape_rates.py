@@ -72,15 +72,25 @@ def test_rates_are_over_the_window_not_the_last_two_scrapes() -> None:
     assert later is not None and later.preemptions_per_s == 0.0
 
 
-def test_a_counter_that_goes_down_restarts_the_window() -> None:
+@pytest.mark.parametrize(
+    ("scrapes_at", "rate_after"),
+    [
+        ([(50, 0.0), (2, 0.25), (3, 0.5)], 4.0),  # the engine restarted at the second scrape
+        ([(0, 0.0), (30, 10.0), (31, 10.5)], 2.0),  # scrapes failed for 10 s before it
+    ],
+)
+def test_a_restart_or_a_gap_starts_the_window_afresh(
+    scrapes_at: list[tuple[float, float]], rate_after: float
+) -> None:
     scrapes = LatestScrapes(stale_after_s=2.0, rate_window_s=2.0)
-    scrapes.put("e", counted(50), at_s=0.0)
-    scrapes.put("e", counted(2), at_s=0.25)  # the engine restarted
-    restarted = scrapes.signals("e", now=0.25)
-    assert restarted is not None and restarted.preemptions_per_s is None
-    scrapes.put("e", counted(3), at_s=0.5)
-    resumed = scrapes.signals("e", now=0.5)
-    assert resumed is not None and resumed.preemptions_per_s == pytest.approx(4.0)
+    rates = []
+    for preemptions, at_s in scrapes_at:
+        scrapes.put("e", counted(preemptions), at_s=at_s)
+        signals = scrapes.signals("e", now=at_s)
+        assert signals is not None
+        rates.append(signals.preemptions_per_s)
+    assert rates[1] is None, "no rate across the restart or the gap"
+    assert rates[2] == pytest.approx(rate_after)
 
 
 def test_a_counter_the_engine_does_not_export_has_no_rate() -> None:
@@ -90,17 +100,6 @@ def test_a_counter_the_engine_does_not_export_has_no_rate() -> None:
     signals = scrapes.signals("e", now=0.25)
     assert signals is not None and signals.rate_window_s == pytest.approx(0.25)
     assert (signals.preemptions_per_s, signals.prefix_cache_hits_per_s) == (None, None)
-
-
-def test_after_a_gap_longer_than_the_window_the_rate_starts_afresh() -> None:
-    scrapes = LatestScrapes(stale_after_s=2.0, rate_window_s=2.0)
-    scrapes.put("e", counted(0), at_s=0.0)
-    scrapes.put("e", counted(30), at_s=10.0)  # scrapes failed for 10 s
-    gap = scrapes.signals("e", now=10.0)
-    assert gap is not None and gap.preemptions_per_s is None
-    scrapes.put("e", counted(31), at_s=10.5)
-    after = scrapes.signals("e", now=10.5)
-    assert after is not None and after.preemptions_per_s == pytest.approx(2.0)
 
 
 def test_stale_signals_are_all_unknown_rates_and_config_included() -> None:
