@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.timeout(TEST_TIMEOUT_S)]
 MAX_NUM_SEQS = 16  # the session server's ServeParams
 BATCH_REQUESTS = 2 * MAX_NUM_SEQS
 INTERACTIVE_REQUESTS = 8
-PROMPT_TOKENS = 100  # 16 x 3 blocks (100 + up to 241 tokens) of the 64: no preemption
+PROMPT_TOKENS = 100  # 16 x 3 blocks (100 + up to 273 tokens) of the 64: no preemption
 CLASSES = {
     "interactive": {"ttft_ms": 1000, "priority": 10, "engine_priority": 0},
     "batch": {"deadline_ms": 600000, "priority": 0, "sheddable": True, "engine_priority": 10},
@@ -65,7 +65,7 @@ def timed(
 
 def batch_output_tokens(index: int) -> int:
     """The first 16 (those that run) end one at a time, 15 tokens apart; the rest are short."""
-    return 16 + 15 * index if index < MAX_NUM_SEQS else 32
+    return 48 + 15 * index if index < MAX_NUM_SEQS else 32
 
 
 def test_interactive_requests_overtake_batch_requests_queued_before_them(
