@@ -201,7 +201,7 @@ def _states(
     """Each endpoint's next state from its pressure (also put in `levels` when given). One
     loop, the pressure inlined and the thresholds read once, `x if x > y else y` for max():
     this runs per endpoint per request."""
-    (in_flight_threshold, max_gauge_age_s, kv_threshold, queue_threshold, band, reserved_at,
+    (in_flight_threshold, max_age_s, kv_threshold, queue_threshold, band, reserved_at,
      preemption_threshold_per_s) = limits  # fmt: skip
     open_below = reserved_at - band  # OPEN whatever it was before: most endpoints
     states = {}
@@ -211,7 +211,7 @@ def _states(
             level = snapshot.in_flight / (snapshot.max_concurrency * in_flight_threshold)
         engine = snapshot.engine
         # stale or missing gauges are left out (fail open)
-        if engine is not None and engine.age_s is not None and not engine.age_s > max_gauge_age_s:
+        if engine is not None and (age_s := engine.age_s) is not None and not age_s > max_age_s:
             kv_usage = engine.kv_usage
             if kv_usage is not None:
                 # KV in use: the gauge, or our own dispatched footprint when it is larger (the

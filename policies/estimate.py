@@ -233,24 +233,24 @@ class Estimator:
             slots = limit or prior_slots
             queued: float = 0.0
             running: float = in_flight
-            trust = preempting = 0.0
+            trust, preempting = 0.0, None
             if slots is not None and in_flight > slots:
                 queued, running = in_flight - slots, slots
             engine = snapshot.engine
-            if engine is not None and engine.age_s is not None:
-                age_s, waiting, running_gauge = engine.age_s, engine.waiting, engine.running
-                for_capacity = engine.waiting_for_capacity  # when reported
-                waiting = waiting if for_capacity is None else for_capacity
+            if engine is not None and (age_s := engine.age_s) is not None:
+                waiting = engine.waiting_for_capacity  # when reported, else all that wait
+                waiting = engine.waiting if waiting is None else waiting
+                running_gauge = engine.running
                 trust = 0.5 ** (age_s / half_life_s) if age_s > 0 else 1.0
                 if waiting is not None:
                     queued += trust * (waiting - queued)
                 if running_gauge is not None:
                     running += trust * (running_gauge - running)
-                if limit and in_flight - limit > queued:
-                    queued = in_flight - limit
-                preempting = trust * (engine.preemptions_per_s or 0.0)
+                queued = in_flight - limit if limit and in_flight - limit > queued else queued
+                preempting = engine.preemptions_per_s
             wait_s = queued * mean_service_s
-            wait_s *= recompute_stretch(preempting, mean_service_s) if preempting else 1.0
+            if preempting:  # the queue drains slower (policies/engine_pressure.py)
+                wait_s *= recompute_stretch(trust * preempting, mean_service_s)
             ahead_s = a + b * prompt_tokens + wait_s
             tpot_s = math.nan
             if tpot:
