@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.offline.members import scraped_state
+from gateway.sim.engine_metrics import EngineMetrics
+from gateway.sim.model import EngineSnapshot
 from gateway.watch.engine_names import ENGINES
 from gateway.watch.scraper import ScrapedState, parse_metrics
 
@@ -168,3 +171,20 @@ def test_prefix_cache_counters_are_read_under_their_old_names_too() -> None:
 def test_prefix_caching_is_a_flag_or_unknown(labels: str, expected: bool | None) -> None:
     text = f"vllm:num_requests_running 1\nvllm:cache_config_info{{{labels}}} 1.0\n"
     assert parse_metrics(text).prefix_caching is expected
+
+
+def test_the_simulated_engines_page_parses_to_what_the_offline_simulator_assumes() -> None:
+    snapshot = EngineSnapshot(
+        running=3,
+        waiting=5,
+        waiting_capacity=4,
+        waiting_deferred=1,
+        used_blocks=300,
+        num_gpu_blocks=1000,
+        block_size=16,
+        preemptions_total=7,
+        prompt_tokens_total=9000,
+        generation_tokens_total=800,
+    )
+    page = EngineMetrics("m", lambda: snapshot).render().decode()
+    assert parse_metrics(page) == scraped_state(snapshot)
