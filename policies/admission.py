@@ -11,6 +11,8 @@ Pressure of one endpoint (0 = idle, 1 = at a threshold), the largest of
     in_flight / (max_concurrency · in_flight_threshold)      gateway leases, if max_concurrency
     in_flight_tokens / kv_capacity / kv_threshold            this replica's dispatched footprint,
                                                              instant where the KV gauge lags
+    preemptions_per_s / preemption_threshold_per_s           a preempting engine is saturated
+                                                             (policies/engine_pressure.py)
 A request also checks its own footprint (`request_states`): its prompt plus max output tokens
 added to the KV in use must stay below the line its class may reach, so a batch request that
 would cross into the reserve is refused before it takes the reserve, not after.
@@ -71,6 +73,9 @@ class AdmissionParams(BaseModel):
     queue_threshold: float = Field(default=5.0, gt=0, description="engine waiting requests")
     in_flight_threshold: float = Field(default=1.0, gt=0, description="of max_concurrency")
     max_gauge_age_s: float = Field(default=10.0, gt=0)
+    preemption_threshold_per_s: float = Field(
+        default=0.5, gt=0, description="engine preemptions per second that saturate it"
+    )
     hysteresis_band: float = Field(default=0.1, ge=0, lt=1, description="of a threshold")
     reserve_fraction: float = Field(default=0.125, ge=0, lt=1, description="of a threshold")
     reserve_min_priority: int = 1
@@ -120,6 +125,7 @@ class _Limits(NamedTuple):
     queue_threshold: float
     hysteresis_band: float
     reserved_at: float  # 1 − reserve_fraction
+    preemption_threshold_per_s: float
 
 
 def _limits(params: AdmissionParams) -> _Limits:
@@ -135,6 +141,7 @@ def _limits(params: AdmissionParams) -> _Limits:
         params.queue_threshold,
         params.hysteresis_band,
         1 - params.reserve_fraction,
+        params.preemption_threshold_per_s,
     )
     _LIMITS[id(params)] = (params, limits)
     return limits
@@ -194,7 +201,8 @@ def _states(
     """Each endpoint's next state from its pressure (also put in `levels` when given). One
     loop, the pressure inlined and the thresholds read once, `x if x > y else y` for max():
     this runs per endpoint per request."""
-    in_flight_threshold, max_gauge_age_s, kv_threshold, queue_threshold, band, reserved_at = limits
+    (in_flight_threshold, max_age_s, kv_threshold, queue_threshold, band, reserved_at,
+     preemption_threshold_per_s) = limits  # fmt: skip
     open_below = reserved_at - band  # OPEN whatever it was before: most endpoints
     states = {}
     for snapshot in snapshots:
@@ -203,7 +211,7 @@ def _states(
             level = snapshot.in_flight / (snapshot.max_concurrency * in_flight_threshold)
         engine = snapshot.engine
         # stale or missing gauges are left out (fail open)
-        if engine is not None and engine.age_s is not None and not engine.age_s > max_gauge_age_s:
+        if engine is not None and (age_s := engine.age_s) is not None and not age_s > max_age_s:
             kv_usage = engine.kv_usage
             if kv_usage is not None:
                 # KV in use: the gauge, or our own dispatched footprint when it is larger (the
@@ -214,12 +222,15 @@ def _states(
                     kv_usage = (kv_usage if kv_usage > ours else ours) + footprint_tokens / capacity
                 kv_level = kv_usage / kv_threshold
                 level = kv_level if kv_level > level else level
-            waiting = engine.waiting_for_capacity
-            if waiting is None:
-                waiting = engine.waiting
+            waiting = engine.waiting_for_capacity  # when reported (policies/engine_pressure.py)
+            waiting = engine.waiting if waiting is None else waiting
             if waiting is not None:
                 queue_level = waiting / queue_threshold
                 level = queue_level if queue_level > level else level
+            preempting = engine.preemptions_per_s
+            if preempting:
+                preemption_level = preempting / preemption_threshold_per_s
+                level = preemption_level if preemption_level > level else level
         key = snapshot.endpoint_id
         if level < open_below:
             states[key] = _OPEN

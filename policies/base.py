@@ -41,7 +41,14 @@ class RouteRequest:
 
 
 class EngineSignals(NamedTuple):
-    """Scraped engine gauges; each value is None when unknown or stale, with its age.
+    """One scrape of an engine's signals; each value is None when unknown or stale.
+
+    Every value is as old as its scrape, `age_s`. Gauges and counters are readings at that
+    scrape; the `_per_s` rates are over the scrapes of the last `rate_window_s` up to it (the
+    scraper's window, shorter after a gap or a counter reset), so what they describe is at most
+    `age_s + rate_window_s` old. Policies read rates, not counters: a counter's total says
+    nothing about now. Engine config (capacity, block size, prefix caching) comes with each
+    scrape too, so it goes unknown with the rest when stale.
 
     A NamedTuple, like `EndpointSnapshot`: both are built per endpoint per request, where a
     frozen dataclass's __init__ costs 3-4x more (one object.__setattr__ per field).
@@ -50,10 +57,19 @@ class EngineSignals(NamedTuple):
     waiting: float | None = None
     running: float | None = None
     kv_usage: float | None = None  # 0..1 of the KV pool in use
-    waiting_for_capacity: float | None = None
+    waiting_for_capacity: float | None = None  # waiting for the engine's batch slots or KV
     kv_capacity_tokens: int | None = None
     preemptions_total: float | None = None
     age_s: float | None = None
+    waiting_deferred: float | None = None  # waiting on something else (LoRA budget, KV transfer)
+    preemptions_per_s: float | None = None
+    prefix_cache_queries_total: float | None = None  # prompt tokens looked up in the cache
+    prefix_cache_hits_total: float | None = None  # of them found cached
+    prefix_cache_queries_per_s: float | None = None
+    prefix_cache_hits_per_s: float | None = None
+    kv_block_size_tokens: int | None = None
+    prefix_caching: bool | None = None  # the engine caches prefixes
+    rate_window_s: float | None = None  # the span the `_per_s` rates are over
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,11 +2,11 @@
 
 Notation: P = the request's prompt tokens, N = its output tokens (max_tokens, else
 `default_output_tokens`), I = gateway-wide in-flight leases on the endpoint (instantaneous),
-W, R = the engine's waiting and running gauges (scraped, `age_s` old).
+W, R, p = engine waiting (for capacity), running, preemptions/s (`age_s` old; engine_pressure.py).
 
 Model (seconds)
     service   = a + b·P                                    prefill of this request
-    wait      = queued · (a + b·P̄)                         prefill work queued ahead of it
+    wait      = queued · (a + b·P̄) · stretch               prefill work queued ahead of it
     ttft_mean = service + wait + Σ rate·penalty
     ttft_p95  = u·(service + wait)·ttft_spread + wait·(1 − trust) + Σ min(1, rate/0.05)·penalty
     tpot_mean = w·(c + d·(I + 1)) + (1 − w)·t·(1 + running / tpot_double_running)
@@ -52,6 +52,7 @@ Load: instantaneous gateway counts fused with lagging engine gauges
     queued      = trust·W + (1 − trust)·max(0, I − slots), and never below I − max_concurrency,
                   since leases beyond a concurrency limit wait whatever the gauges say.
     running     = trust·R + (1 − trust)·min(I, slots)
+    stretch     = 1 / (1 − min(0.9, trust·p·(a + b·P̄))): preempted requests rejoin ahead
 
 A missing observation (no fit, no mean, no p95) counts as the prior's value.
 
@@ -70,10 +71,7 @@ Parameters (`EstimateParams`, defaults)
     (TTFT). cold_uncertainty 3 says a prior may be off by up to 3×: a cold vLLM replica then
     proves itself before it is trusted with a TPOT target under 3 × 0.02 × 1.6 ≈ 0.1 s.
 
-Use: build `Estimator(params)` once (it copies the validated params into plain attributes),
-then `estimator.predict_all(request, candidates) -> [Prediction]` per request (or
-`predict(request, snapshot)` for one; `predict_rows` gives the same values as plain tuples,
-for policies that rank many candidates per request).
+Use: `Estimator(params)` once, then `predict_all(request, candidates) -> [Prediction]` per request.
 """
 
 from __future__ import annotations
@@ -86,6 +84,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.base import EndpointSnapshot, LatencyEstimate, RouteRequest
+from policies.engine_pressure import recompute_stretch
 
 P95_TAIL = 0.05  # a failure rate at or above this puts its whole penalty into the p95
 
@@ -211,10 +210,9 @@ class Estimator:
     def predict_rows(
         self, request: RouteRequest, snapshots: Sequence[EndpointSnapshot], tpot: bool = True
     ) -> list[PredictionRow]:
-        """`predict_all` as plain tuples in `Prediction`'s field order, for the hot path (a
-        NamedTuple costs several times a tuple to build). The fit of each endpoint, then this
-        request and the load now, in one loop: it runs per candidate per request.
-        `tpot=False` leaves the TPOT fields NaN, for a caller that judges TTFT alone."""
+        """`predict_all` as plain tuples in `Prediction`'s field order (a NamedTuple costs several
+        times a tuple to build): each endpoint's fit, this request and the load now, in one hot
+        loop. `tpot=False` leaves the TPOT fields NaN, for a caller that judges TTFT alone."""
         # floats, not ints, wherever the result is the same: float·float (and 1.0 − float) is
         # the interpreter's fast path, float·int is not
         prompt_tokens = float(request.prompt_tokens)
@@ -235,20 +233,24 @@ class Estimator:
             slots = limit or prior_slots
             queued: float = 0.0
             running: float = in_flight
-            trust = 0.0
+            trust, preempting = 0.0, None
             if slots is not None and in_flight > slots:
                 queued, running = in_flight - slots, slots
             engine = snapshot.engine
-            if engine is not None and engine.age_s is not None:
-                age_s, waiting, running_gauge = engine.age_s, engine.waiting, engine.running
+            if engine is not None and (age_s := engine.age_s) is not None:
+                waiting = engine.waiting_for_capacity  # when reported, else all that wait
+                waiting = engine.waiting if waiting is None else waiting
+                running_gauge = engine.running
                 trust = 0.5 ** (age_s / half_life_s) if age_s > 0 else 1.0
                 if waiting is not None:
                     queued += trust * (waiting - queued)
                 if running_gauge is not None:
                     running += trust * (running_gauge - running)
-                if limit and in_flight - limit > queued:
-                    queued = in_flight - limit
+                queued = in_flight - limit if limit and in_flight - limit > queued else queued
+                preempting = engine.preemptions_per_s
             wait_s = queued * mean_service_s
+            if preempting:  # the queue drains slower (policies/engine_pressure.py)
+                wait_s *= recompute_stretch(trust * preempting, mean_service_s)
             ahead_s = a + b * prompt_tokens + wait_s
             tpot_s = math.nan
             if tpot:
@@ -273,9 +275,7 @@ class Estimator:
         return rows
 
     def _remember(self, snapshot: EndpointSnapshot) -> _Fit:
-        """Work out and keep the endpoint's fit, until its statistics object is replaced: the
-        gateway's shared view hands the same `LatencyEstimate` to every request until its next
-        refresh."""
+        """Work out and keep the endpoint's fit, until its statistics object is replaced."""
         if len(self._fits) >= FIT_MEMO_SIZE:
             self._fits.clear()
         fit = self._fits[snapshot.endpoint_id] = self._fit(snapshot)

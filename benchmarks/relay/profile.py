@@ -41,8 +41,8 @@ WARM_S = 1.0
 
 
 def area(frame: str) -> str:
-    """`Router.rank (gateway/server/router.py:80)` -> `gateway/server/router.py`; library frames
-    -> their package."""
+    """`Router.rank (gateway/server/router.py:80)` -> `gateway/server/router.py`; library
+    frames -> their package."""
     where = frame[frame.rfind("(") + 1 : frame.rfind(":")]
     if where.startswith(OURS):
         return where

@@ -66,6 +66,11 @@ class EndpointConfig(_Strict):
     max_concurrency: int | None = Field(None, ge=1)
     metrics_url: str | None = None
     health_path: str | None = None
+    # A class's engine_priority is sent as `priority` only where the engine schedules by it:
+    # vLLM refuses a non-zero priority unless started with --scheduling-policy priority.
+    priority_scheduling: bool = False
+    # A class's service_tier is sent where the endpoint takes it: true for any tier, or the list.
+    service_tiers: bool | list[str] = False
 
     @model_validator(mode="before")
     @classmethod
@@ -116,6 +121,10 @@ class TenantConfig(_Strict):
     limits: TenantLimits = TenantLimits()
     # Whether `x-slo-ttft-ms` / `x-slo-tpot-ms` may tighten (never loosen) the class's targets.
     slo_hints: bool = False
+    # The class's engine_priority / service_tier replace the client's own `priority` /
+    # `service_tier` (and a client's is dropped where the class sets none); by default a value
+    # the client set is kept.
+    enforce_class_priority: bool = False
 
     @model_validator(mode="after")
     def _keys(self) -> TenantConfig:
@@ -142,6 +151,8 @@ class SloClassConfig(_Strict):
     deadline_ms: float | None = Field(None, gt=0)
     priority: int = 0
     sheddable: bool = False
+    engine_priority: int | None = Field(None, description="vLLM's `priority`: lower runs first")
+    service_tier: str | None = Field(None, min_length=1, description="OpenAI's `service_tier`")
 
     def target(self, name: str) -> SloTarget:
         def seconds(ms: float | None) -> float | None:
@@ -190,6 +201,7 @@ class StateConfig(_Strict):
     redis_timeout_s: float = Field(0.25, gt=0, description="a slower Redis counts as down")
     scrape_interval_s: float = Field(0.25, gt=0)
     scrape_stale_after_s: float = Field(2.0, gt=0)
+    rate_window_s: float = Field(2.0, gt=0, description="engine counters' rates over the last")
     health_interval_s: float = Field(5.0, gt=0)
     breaker_failures: int = Field(5, ge=1, description="consecutive failures that open it")
     breaker_cooldown_s: float = Field(10.0, gt=0)

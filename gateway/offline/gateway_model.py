@@ -99,7 +99,7 @@ class GatewayModel:
         self.store = MemoryStatsStore(window_s=state.window_s, bucket_s=state.bucket_s)
         self._ids = [e.id for e in config.endpoints]
         self.view = SharedView(self.store, self._ids, state.refresh_s, clock=self._clock)
-        self.scrapes = LatestScrapes(state.scrape_stale_after_s)
+        self.scrapes = LatestScrapes(state.scrape_stale_after_s, state.rate_window_s)
         policy = BreakerPolicy(state.breaker_failures, state.breaker_cooldown_s)
         self.breakers = Breakers(self.store, policy)
         self.leases = InlineLeases(self.view, self.store, config.server.lease_ttl_s)

@@ -112,6 +112,9 @@ def scraped_state(snapshot: EngineSnapshot) -> ScrapedState:
         waiting_for_capacity=float(snapshot.waiting_capacity),
         kv_capacity_tokens=snapshot.num_gpu_blocks * snapshot.block_size,
         preemptions_total=float(snapshot.preemptions_total),
+        waiting_deferred=float(snapshot.waiting_deferred),
+        kv_block_size_tokens=snapshot.block_size,
+        prefix_caching=False,  # as the engine's page says: it caches no prefix
     )
 
 

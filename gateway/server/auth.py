@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 
 from gateway.config.settings import GatewayConfig, SloClassConfig, TenantConfig, hash_key
+from gateway.core.engine_hints import EngineHints, hints_for
 from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
 from policies.base import SloTarget
 
@@ -35,6 +36,11 @@ class KeyRing:
         self._metrics = _digest_of(config.server.metrics_token_env)
         self._metrics_protected = config.server.metrics_token_env is not None
         self._classes = config.classes
+        self._hints = {
+            (tenant, name): hints_for(tenant_config, config.classes[name])
+            for tenant, tenant_config in config.tenants.items()
+            for name in tenant_config.allowed_classes
+        }
 
     def caller(self, authorization: str | None, api_key: str | None = None) -> Caller:
         """The tenant of a key sent as `Authorization: Bearer` or (Anthropic's) `x-api-key`."""
@@ -84,6 +90,10 @@ class KeyRing:
             )
         klass: SloClassConfig = self._classes[name]
         return klass.target(name)
+
+    def hints(self, caller: Caller, slo_class: str) -> EngineHints | None:
+        """The engine priority and service tier for `caller`'s requests of an allowed class."""
+        return self._hints[caller.tenant, slo_class]
 
 
 def _tightest(target_s: float | None, hint_ms: str | None, header: str) -> float | None:

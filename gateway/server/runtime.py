@@ -71,6 +71,7 @@ def _watchers(
         upstream.client,
         interval_s=state.scrape_interval_s,
         stale_after_s=state.scrape_stale_after_s,
+        rate_window_s=state.rate_window_s,
     )
     breaker = BreakerPolicy(state.breaker_failures, state.breaker_cooldown_s)
     health = HealthChecker(

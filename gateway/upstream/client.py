@@ -22,6 +22,7 @@ from httpx_aiohttp import AiohttpTransport
 from yarl import URL
 
 from gateway.config.settings import Api, EndpointConfig, ServerConfig
+from gateway.core.engine_hints import EngineHints
 from gateway.core.failover import CLIENT_FAULT_STATUSES, FIRST_BYTE_TIMEOUT, answered_with_error
 from gateway.errors import AttemptFailed, InvalidRequest, ResponseNotFound, UpstreamError
 from gateway.telemetry import tracing
@@ -59,6 +60,7 @@ class UpstreamCall:
     reply_headers: tuple[tuple[str, str], ...] = ()  # added to the client's answer
     owner: str | None = None  # the one endpoint that may serve it (a stored response's owner)
     store: bool = False  # remember which endpoint stored the response it creates
+    hints: EngineHints | None = None  # the class's engine priority and service tier
 
 
 class Chunks(Protocol):
@@ -180,6 +182,8 @@ class AiohttpUpstream:
     def _body(endpoint: EndpointConfig, call: UpstreamCall) -> bytes:
         body = dict(call.body)
         body["model"] = endpoint.models[call.model]
+        if call.hints is not None:
+            call.hints.apply(body, endpoint)
         return _dumps(body)
 
     @staticmethod

@@ -1,12 +1,9 @@
-"""Engine /metrics scraping: a table of metric names per engine, a tolerant parser, a poller.
+"""Engine /metrics scraping: a tolerant parser over the name table, rates, a poller.
 
-`ENGINES` is data: for each engine the series that carry each routing signal, newest name first
-(the first series present wins, so one row serves every version of an engine). Names are
-matched without a `_total` suffix, so counters parse with or without it. Several series of one
-signal (data-parallel `engine` labels, several `model_name`s) are combined: counts summed, KV
-usage averaged (the pool's usage, since the engine balances between its ranks). KV capacity in
-tokens is block size x block count, from an info metric's labels or from two gauges.
-
+`parse_metrics` reads a Prometheus text page with the table of `gateway/watch/engine_names.py`
+(which series carry which signal, for each engine and version). `LatestScrapes` keeps each
+endpoint's latest scrape and turns its counters into rates: per second over the scrapes of the
+last `rate_window_s` (a counter that goes down, an engine restart, starts the window again).
 `Scraper` polls every `kind: vllm` endpoint's /metrics (default every 250 ms) into this
 replica's memory. Each endpoint's signals carry their age; past `stale_after_s` they read as
 None (unknown), never as zero. The app lifespan runs `Scraper.run()`.
@@ -18,189 +15,18 @@ import asyncio
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from statistics import fmean
-from typing import Literal
 
 import httpx
 
 from gateway.config.settings import EndpointConfig
 from gateway.telemetry.metrics import log
+from gateway.watch.engine_names import BY_ENGINE, ENGINES, Found, ScrapedEngine, first
 from policies.base import EngineSignals
 
-_Found = Mapping[str, list[tuple[dict[str, str], float]]]
-_COMBINE: dict[str, Callable[[list[float]], float]] = {"sum": sum, "mean": fmean, "max": max}
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-@dataclass(frozen=True, slots=True)
-class ScrapedSeries:
-    name: str  # without `_total`
-    labels: tuple[tuple[str, str], ...] = ()  # labels a sample must carry
-
-    def values(self, found: _Found) -> list[float]:
-        return [
-            value
-            for labels, value in found.get(self.name, ())
-            if all(labels.get(key) == wanted for key, wanted in self.labels)
-        ]
-
-
-def series(name: str, **labels: str) -> ScrapedSeries:
-    return ScrapedSeries(name, tuple(sorted(labels.items())))
-
-
-@dataclass(frozen=True, slots=True)
-class Signal:
-    """A routing signal: the first of `sources` present wins; its series are combined."""
-
-    sources: tuple[ScrapedSeries, ...] = ()
-    combine: Literal["sum", "mean", "max"] = "sum"
-
-    def read(self, found: _Found) -> float | None:
-        for source in self.sources:
-            values = source.values(found)
-            if values:
-                return _COMBINE[self.combine](values)
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class LabelProduct:
-    """KV tokens from an info metric: the product of numeric labels, summed over series."""
-
-    name: str
-    labels: tuple[str, ...]
-
-    def read(self, found: _Found) -> float | None:
-        totals = [_label_product(labels, self.labels) for labels, _ in found.get(self.name, ())]
-        known = [t for t in totals if t is not None]
-        return sum(known) if known else None
-
-    def names(self) -> Iterable[str]:
-        return (self.name,)
-
-
-@dataclass(frozen=True, slots=True)
-class SignalProduct:
-    """KV tokens as the product of gauges (tokens per block x blocks)."""
-
-    factors: tuple[Signal, ...]
-
-    def read(self, found: _Found) -> float | None:
-        values = [factor.read(found) for factor in self.factors]
-        return math.prod(v for v in values if v is not None) if None not in values else None
-
-    def names(self) -> Iterable[str]:
-        return (s.name for factor in self.factors for s in factor.sources)
-
-
-def _label_product(labels: Mapping[str, str], keys: Sequence[str]) -> float | None:
-    try:
-        return math.prod(float(labels[key]) for key in keys)
-    except (KeyError, ValueError):  # absent, or "None" when the engine did not resolve it
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class ScrapedEngine:
-    engine: str
-    waiting: Signal
-    running: Signal
-    kv_usage: Signal = Signal()  # 0..1
-    waiting_for_capacity: Signal = Signal()
-    preemptions: Signal = Signal()
-    kv_capacity: tuple[LabelProduct | SignalProduct, ...] = ()
-
-    def names(self) -> set[str]:
-        signals = (
-            self.waiting,
-            self.running,
-            self.kv_usage,
-            self.waiting_for_capacity,
-            self.preemptions,
-        )
-        names = {s.name for signal in signals for s in signal.sources}
-        return names.union(*(rule.names() for rule in self.kv_capacity))
-
-
-ENGINES: tuple[ScrapedEngine, ...] = (
-    ScrapedEngine(
-        engine="vllm",
-        waiting=Signal((series("vllm:num_requests_waiting"),)),
-        running=Signal((series("vllm:num_requests_running"),)),
-        kv_usage=Signal(
-            (
-                series("vllm:kv_cache_usage_perc"),  # V1, 0.9+
-                series("vllm:gpu_cache_usage_perc"),  # V0 and <= 0.8
-            ),
-            combine="mean",
-        ),
-        waiting_for_capacity=Signal(
-            (series("vllm:num_requests_waiting_by_reason", reason="capacity"),)
-        ),
-        preemptions=Signal((series("vllm:num_preemptions"),)),
-        kv_capacity=(
-            LabelProduct("vllm:cache_config_info", ("num_gpu_blocks", "block_size")),
-            LabelProduct("vllm:cache_config_info", ("kv_cache_size_tokens",)),  # 0.32+
-        ),
-    ),
-    ScrapedEngine(
-        engine="sglang",
-        waiting=Signal((series("sglang:num_queue_reqs"),)),
-        running=Signal((series("sglang:num_running_reqs"),)),
-        kv_usage=Signal((series("sglang:token_usage"),), combine="mean"),
-        kv_capacity=(LabelProduct("sglang:cache_config_info", ("page_size", "num_pages")),),
-    ),
-    ScrapedEngine(
-        engine="trtllm",  # trtllm-serve
-        waiting=Signal((series("trtllm_num_requests_waiting"),)),
-        running=Signal((series("trtllm_num_requests_running"),)),
-        kv_usage=Signal((series("trtllm_kv_cache_utilization"),), combine="mean"),
-        kv_capacity=(
-            SignalProduct(
-                (
-                    Signal((series("trtllm_kv_cache_tokens_per_block"),), combine="max"),
-                    Signal((series("trtllm_kv_cache_max_blocks"),)),
-                )
-            ),
-        ),
-    ),
-    ScrapedEngine(
-        engine="triton-trtllm",
-        waiting=Signal((series("nv_trt_llm_request_metrics", request_type="waiting"),)),
-        running=Signal((series("nv_trt_llm_request_metrics", request_type="scheduled"),)),
-        kv_usage=Signal(
-            (series("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="fraction"),),
-            combine="mean",
-        ),
-        kv_capacity=(
-            SignalProduct(
-                (
-                    Signal(
-                        (
-                            series(
-                                "nv_trt_llm_kv_cache_block_metrics",
-                                kv_cache_block_type="tokens_per",
-                            ),
-                        ),
-                        combine="max",
-                    ),
-                    Signal(
-                        (series("nv_trt_llm_kv_cache_block_metrics", kv_cache_block_type="max"),)
-                    ),
-                )
-            ),
-        ),
-    ),
-    ScrapedEngine(
-        engine="tgi",  # no KV gauge and no KV capacity: route TGI on its queue
-        waiting=Signal((series("tgi_queue_size"),)),
-        running=Signal((series("tgi_batch_current_size"),)),
-    ),
-)
-_BY_ENGINE = {row.engine: row for row in ENGINES}
 
 
 def _line_pattern(names: Iterable[str]) -> re.Pattern[str]:
@@ -227,27 +53,59 @@ class ScrapedState:
     waiting_for_capacity: float | None = None
     kv_capacity_tokens: int | None = None
     preemptions_total: float | None = None
+    waiting_deferred: float | None = None
+    prefix_cache_queries_total: float | None = None
+    prefix_cache_hits_total: float | None = None
+    kv_block_size_tokens: int | None = None
+    prefix_caching: bool | None = None
 
-    def signals(self, age_s: float) -> EngineSignals:
-        # Positional: built per endpoint per request, where keywords cost twice as much.
-        return EngineSignals(
+    def counters(self) -> Counters:
+        """The counters `LatestScrapes` turns into rates, in `Rates`' order."""
+        return (
+            self.preemptions_total,
+            self.prefix_cache_queries_total,
+            self.prefix_cache_hits_total,
+        )
+
+    def fields(self, rates: Rates, window_s: float | None) -> tuple[_Values, _Values]:
+        """`EngineSignals` without its age, as the values before `age_s` and those after it."""
+        head = (
             self.waiting,
             self.running,
             self.kv_usage,
             self.waiting_for_capacity,
             self.kv_capacity_tokens,
             self.preemptions_total,
-            age_s,
         )
+        preemptions_per_s, queries_per_s, hits_per_s = rates
+        tail = (
+            self.waiting_deferred,
+            preemptions_per_s,
+            self.prefix_cache_queries_total,
+            self.prefix_cache_hits_total,
+            queries_per_s,
+            hits_per_s,
+            self.kv_block_size_tokens,
+            self.prefix_caching,
+            window_s,
+        )
+        return head, tail
+
+
+Counters = tuple[float | None, float | None, float | None]  # preemptions, prefix queries, hits
+Rates = Counters  # the same, per second
+_Values = tuple[float | bool | None, ...]
+_NO_RATES: Rates = (None, None, None)
 
 
 def parse_metrics(text: str, engine: str = "auto") -> ScrapedState:
     """Routing signals from a Prometheus text page; `engine` is an ENGINES name or "auto"."""
     found = _samples(text)
-    row = _BY_ENGINE.get(engine) if engine != "auto" else _detect(found)
+    row = BY_ENGINE.get(engine) if engine != "auto" else _detect(found)
     if row is None:
         return ScrapedState()
-    capacity = next((c for rule in row.kv_capacity if (c := rule.read(found)) is not None), None)
+    capacity = first(row.kv_capacity, found)
+    block_size = first(row.kv_block_size, found)
     return ScrapedState(
         engine=row.engine,
         waiting=row.waiting.read(found),
@@ -256,10 +114,15 @@ def parse_metrics(text: str, engine: str = "auto") -> ScrapedState:
         waiting_for_capacity=row.waiting_for_capacity.read(found),
         kv_capacity_tokens=round(capacity) if capacity is not None else None,
         preemptions_total=row.preemptions.read(found),
+        waiting_deferred=row.waiting_deferred.read(found),
+        prefix_cache_queries_total=row.prefix_cache_queries.read(found),
+        prefix_cache_hits_total=row.prefix_cache_hits.read(found),
+        kv_block_size_tokens=round(block_size) if block_size is not None else None,
+        prefix_caching=row.prefix_caching.read(found) if row.prefix_caching else None,
     )
 
 
-def _detect(found: _Found) -> ScrapedEngine | None:
+def _detect(found: Found) -> ScrapedEngine | None:
     for row in ENGINES:
         if row.waiting.read(found) is not None or row.running.read(found) is not None:
             return row
@@ -288,26 +151,59 @@ class LatestScrapes:
     """Each endpoint's latest scrape, read with its age: unknown values once stale, never zero.
 
     No clock of its own (callers pass `now` on the clock the scrapes were stamped with), so the
-    live scraper and the offline simulator's virtual scrapes age signals the same way.
+    live scraper and the offline simulator's virtual scrapes age signals the same way. Rates are
+    over the scrapes of the last `rate_window_s` seconds: from the oldest of them to the newest.
     """
 
-    def __init__(self, stale_after_s: float) -> None:
+    def __init__(self, stale_after_s: float, rate_window_s: float = 2.0) -> None:
         self.stale_after_s = stale_after_s
-        self._latest: dict[str, tuple[ScrapedState, float]] = {}
+        self.rate_window_s = rate_window_s
+        self._latest: dict[str, tuple[_Values, _Values, float]] = {}
+        self._history: dict[str, deque[tuple[float, Counters]]] = {}
 
     def put(self, endpoint_id: str, state: ScrapedState, at_s: float) -> None:
-        self._latest[endpoint_id] = (state, at_s)
+        rates, window_s = self._rates(endpoint_id, state.counters(), at_s)
+        head, tail = state.fields(rates, window_s)
+        self._latest[endpoint_id] = (head, tail, at_s)
+
+    def _rates(
+        self, endpoint_id: str, counters: Counters, at_s: float
+    ) -> tuple[Rates, float | None]:
+        history = self._history.setdefault(endpoint_id, deque())
+        if history and _went_down(history[-1][1], counters):
+            history.clear()  # the engine restarted: its counters began again
+        while history and at_s - history[0][0] > self.rate_window_s:
+            history.popleft()
+        history.append((at_s, counters))
+        since_s, then = history[0]
+        span_s = at_s - since_s
+        if span_s <= 0:
+            return _NO_RATES, None
+        rates = tuple(
+            None if now is None or before is None else (now - before) / span_s
+            for now, before in zip(counters, then, strict=True)
+        )
+        return (rates[0], rates[1], rates[2]), span_s
 
     def signals(self, endpoint_id: str, now: float) -> EngineSignals | None:
         """Latest signals with their age; values None once stale; None if never scraped."""
         scrape = self._latest.get(endpoint_id)
         if scrape is None:
             return None
-        state, at_s = scrape
+        head, tail, at_s = scrape
         age_s = max(0.0, now - at_s)
         if age_s > self.stale_after_s:
             return EngineSignals(age_s=age_s)
-        return state.signals(age_s)
+        # Built per endpoint per request: tuple.__new__ on the stored values costs less than
+        # EngineSignals(...) with 16 arguments (or _make).
+        return _new_tuple(EngineSignals, (*head, age_s, *tail))
+
+
+_new_tuple = tuple.__new__
+
+
+def _went_down(before: Counters, now: Counters) -> bool:
+    return any(b is not None and n is not None and n < b for b, n in zip(before, now, strict=True))
 
 
 class Scraper:
@@ -318,6 +214,7 @@ class Scraper:
         *,
         interval_s: float = 0.25,
         stale_after_s: float = 2.0,
+        rate_window_s: float = 2.0,
         timeout_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -326,7 +223,7 @@ class Scraper:
         self.targets = {e.id: metrics_url(e) for e in endpoints if e.kind == "vllm"}
         self.interval_s = interval_s
         self.timeout_s = timeout_s
-        self.latest = LatestScrapes(stale_after_s)
+        self.latest = LatestScrapes(stale_after_s, rate_window_s)
         self._client = client
         self._clock = clock
         self._sleep = sleep

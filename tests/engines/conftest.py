@@ -40,7 +40,10 @@ def model(venv: Path) -> Path:
 @pytest.fixture(scope="package")
 def vllm(venv: Path, model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
     scratch = tmp_path_factory.mktemp("vllm")
-    with VllmServer(venv, model, scratch, ServeParams(kv_cache_tokens=KV_CACHE_TOKENS)) as server:
+    # Priority scheduling for test_vllm_priority.py; requests without a `priority` all get 0,
+    # and equal priorities run first come, first served, as under the default policy.
+    params = ServeParams(kv_cache_tokens=KV_CACHE_TOKENS, scheduling_policy="priority")
+    with VllmServer(venv, model, scratch, params) as server:
         yield server
 
 

@@ -27,9 +27,13 @@ EXACT_LENGTH = {"ignore_eos": True}  # random weights rarely pick EOS; this make
 
 
 @contextlib.contextmanager
-def gateway_over(server: VllmServer, **sections: Any) -> Iterator[UvicornThread]:
-    """A gateway in front of `server`, returned once it has scraped the engine's metrics."""
-    real = endpoint(ENDPOINT_ID, server.base_url, models={PUBLIC_MODEL: SERVED_NAME})
+def gateway_over(
+    server: VllmServer, declares: dict[str, Any] | None = None, **sections: Any
+) -> Iterator[UvicornThread]:
+    """A gateway in front of `server`, returned once it has scraped the engine's metrics;
+    `declares`: more fields of its endpoint (e.g. priority_scheduling)."""
+    models = {PUBLIC_MODEL: SERVED_NAME}
+    real = endpoint(ENDPOINT_ID, server.base_url, models=models, **(declares or {}))
     with running_gateway(config([real], **sections)) as gateway:
         assert eventually(lambda: _scraped(gateway.base_url), 10), "no scrape of vLLM's /metrics"
         yield gateway

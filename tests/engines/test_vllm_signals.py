@@ -28,6 +28,11 @@ TTFT_REQUESTS = 8
 TTFT_PROMPT_TOKENS = 1200  # about 0.5 s of prefill here: the gateway's own overhead is ~1 %
 FLOOD_REQUESTS = 20  # ServeParams' max_num_seqs is 16
 STALE_AFTER_S = 2.0  # the scraper's default: older signals read as unknown
+RATE_WINDOW_S = 2.0  # the scraper's default
+PREFIX_PROMPT_TOKENS = 1000
+PREEMPTING_REQUESTS = 16  # max_num_seqs
+PREEMPTING_PROMPT_TOKENS = 440  # 4 blocks of 128 with the chat template: 16 fill the cache
+PREEMPTING_OUTPUT_TOKENS = 100  # a fifth block each, which only 12 of them can have
 
 
 def read_through(stream: openai.Stream[ChatCompletionChunk]) -> None:
@@ -117,25 +122,62 @@ def _settled(gateway_url: str, server: VllmServer) -> bool:
     view = engine_view(gateway_url)
     preemptions = sample_sum(server.metrics(), "vllm:num_preemptions_total")
     gauges = [view["running"], view["waiting"], view["waiting_for_capacity"], view["kv_usage"]]
-    return gauges == [0, 0, 0, 0] and view["preemptions_total"] == preemptions
+    counted = view["preemptions_total"] == preemptions and view["waiting_deferred"] == 0
+    return gauges == [0, 0, 0, 0] and counted
 
 
-MISSING = "issue 21.4 / 17: scraper does not map {} yet"
-
-
-@pytest.mark.xfail(strict=True, raises=KeyError, reason=MISSING.format("prefix cache counters"))
-def test_the_gateway_view_carries_vllms_prefix_cache_counters(
+def test_the_gateway_view_carries_vllms_prefix_cache_counters_and_their_rates(
     gateway: UvicornThread, vllm: VllmServer
 ) -> None:
-    page = vllm.metrics()
+    before = engine_view(gateway.base_url)
+    content = prompt(PREFIX_PROMPT_TOKENS, seed=700)
+    with sdk_client(gateway) as sdk:
+        for _ in range(2):  # the second finds the first one's blocks in the cache
+            read_through(stream_chat(sdk, content, 2))
+    rising = eventually(lambda: (engine_view(gateway.base_url)["prefix_cache_hits_per_s"] or 0) > 0)
+    assert rising, engine_view(gateway.base_url)
+
+    def caught_up() -> bool:
+        page, view = vllm.metrics(), engine_view(gateway.base_url)
+        return (view["prefix_cache_queries_total"], view["prefix_cache_hits_total"]) == (
+            sample_sum(page, "vllm:prefix_cache_queries_total"),
+            sample_sum(page, "vllm:prefix_cache_hits_total"),
+        )
+
+    assert eventually(caught_up, 5), engine_view(gateway.base_url)
     view = engine_view(gateway.base_url)
-    assert view["prefix_cache_queries_total"] == sample_sum(page, "vllm:prefix_cache_queries_total")
-    assert view["prefix_cache_hits_total"] == sample_sum(page, "vllm:prefix_cache_hits_total")
+    cached_tokens = view["prefix_cache_hits_total"] - before["prefix_cache_hits_total"]
+    assert cached_tokens >= PREFIX_PROMPT_TOKENS // 2, view  # whole blocks of the one prompt
+    assert view["prefix_caching"] is True
+    assert 0 < view["rate_window_s"] <= RATE_WINDOW_S
 
 
-@pytest.mark.xfail(strict=True, raises=KeyError, reason=MISSING.format("the KV block size"))
 def test_the_gateway_view_carries_vllms_kv_block_size(
     gateway: UvicornThread, vllm: VllmServer
 ) -> None:
     labels = info_labels(vllm.metrics(), "vllm:cache_config_info")
     assert engine_view(gateway.base_url)["kv_block_size_tokens"] == int(labels["block_size"])
+
+
+def test_the_gateway_sees_vllm_preempt_as_a_rate(gateway: UvicornThread, vllm: VllmServer) -> None:
+    """16 prompts of 4 blocks fill the 64-block cache; decode steps that need a fifth block
+    preempt (vLLM recomputes the victims later)."""
+    before = sample_sum(vllm.metrics(), "vllm:num_preemptions_total")
+    rates: list[float] = []
+
+    def preempting() -> bool:
+        rates.append(engine_view(gateway.base_url)["preemptions_per_s"] or 0.0)
+        return rates[-1] > 0
+
+    with concurrent.futures.ThreadPoolExecutor(PREEMPTING_REQUESTS) as pool:
+        contents = [prompt(PREEMPTING_PROMPT_TOKENS, seed) for seed in range(800, 816)]
+        statuses = pool.map(
+            lambda content: direct_chat(vllm, content, PREEMPTING_OUTPUT_TOKENS), contents
+        )
+        saw_rate = eventually(preempting, 60)
+        assert list(statuses) == [200] * PREEMPTING_REQUESTS
+    preempted = sample_sum(vllm.metrics(), "vllm:num_preemptions_total") - before
+    print(f"{preempted:.0f} preemptions; the gateway's rate peaked at {max(rates):.1f}/s")
+    assert preempted > 0 and saw_rate, rates[-5:]
+    settled = eventually(lambda: engine_view(gateway.base_url)["preemptions_per_s"] == 0, 10)
+    assert settled, engine_view(gateway.base_url)

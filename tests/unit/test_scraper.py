@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.watch.scraper import ENGINES, ScrapedState, parse_metrics
+from gateway.offline.members import scraped_state
+from gateway.sim.engine_metrics import EngineMetrics
+from gateway.sim.model import EngineSnapshot
+from gateway.watch.engine_names import ENGINES
+from gateway.watch.scraper import ScrapedState, parse_metrics
 
 DATA = Path(__file__).parent / "data"
 
@@ -20,23 +24,48 @@ def page(name: str) -> str:
     [
         (
             "vllm-0.32-metrics.txt",
-            ScrapedState("vllm", 0.0, 0.0, 0.0, 0.0, 131072, 0.0),
+            ScrapedState(
+                "vllm",
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                131072,
+                0.0,
+                waiting_deferred=0.0,
+                prefix_cache_queries_total=14.0,
+                prefix_cache_hits_total=0.0,
+                kv_block_size_tokens=128,
+                prefix_caching=True,
+            ),
         ),
         (
             "vllm-v0-metrics.txt",
-            ScrapedState("vllm", 3.0, 12.0, 0.875, None, 16 * 27264, 7.0),
+            ScrapedState(
+                "vllm",
+                3.0,
+                12.0,
+                0.875,
+                None,
+                16 * 27264,
+                7.0,
+                kv_block_size_tokens=16,
+                prefix_caching=False,
+            ),
         ),
         (
             "sglang-metrics.txt",
-            ScrapedState("sglang", 5.0, 24.0, 0.62, None, 120000, None),
+            ScrapedState("sglang", 5.0, 24.0, 0.62, None, 120000, None, kv_block_size_tokens=1),
         ),
         (
             "trtllm-metrics.txt",
-            ScrapedState("trtllm", 2.0, 30.0, 0.45, None, 32 * 8192, None),
+            ScrapedState("trtllm", 2.0, 30.0, 0.45, None, 32 * 8192, None, kv_block_size_tokens=32),
         ),
         (
             "triton-trtllm-metrics.txt",
-            ScrapedState("triton-trtllm", 3.0, 9.0, 0.3, None, 64 * 4096, None),
+            ScrapedState(
+                "triton-trtllm", 3.0, 9.0, 0.3, None, 64 * 4096, None, kv_block_size_tokens=64
+            ),
         ),
         ("tgi-metrics.txt", ScrapedState("tgi", 4.0, 16.0, None, None, None, None)),
     ],
@@ -76,6 +105,8 @@ vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="1000"} 1.0
 def test_data_parallel_series_are_summed_and_kv_usage_averaged() -> None:
     state = parse_metrics(V1_DATA_PARALLEL)
     assert (state.waiting, state.running, state.waiting_for_capacity) == (7.0, 15.0, 5.0)
+    assert state.waiting_deferred == 2.0
+    assert state.kv_block_size_tokens == 16, "the block size of each rank, not their sum"
     assert state.kv_usage == pytest.approx(0.6)
     assert state.preemptions_total == 7.0, "counter without _total, sample with a timestamp"
     assert state.kv_capacity_tokens == 32000
@@ -115,3 +146,45 @@ def test_malformed_and_nan_samples_are_skipped() -> None:
 def test_every_engine_row_has_a_load_signal() -> None:
     for row in ENGINES:
         assert row.waiting.sources and row.running.sources, row.engine
+
+
+def test_prefix_cache_counters_are_read_under_their_old_names_too() -> None:
+    text = (
+        "vllm:num_requests_running 1\n"
+        "vllm:gpu_prefix_cache_queries_total 900\n"
+        "vllm:gpu_prefix_cache_hits_total 300\n"
+        'vllm:prefix_cache_queries_created{engine="0"} 1.79e+09\n'
+    )
+    state = parse_metrics(text)
+    assert (state.prefix_cache_queries_total, state.prefix_cache_hits_total) == (900.0, 300.0)
+
+
+@pytest.mark.parametrize(
+    ("labels", "expected"),
+    [
+        ('enable_prefix_caching="True"', True),
+        ('enable_prefix_caching="False"', False),
+        ('enable_prefix_caching="None"', None),
+        ('block_size="16"', None),
+    ],
+)
+def test_prefix_caching_is_a_flag_or_unknown(labels: str, expected: bool | None) -> None:
+    text = f"vllm:num_requests_running 1\nvllm:cache_config_info{{{labels}}} 1.0\n"
+    assert parse_metrics(text).prefix_caching is expected
+
+
+def test_the_simulated_engines_page_parses_to_what_the_offline_simulator_assumes() -> None:
+    snapshot = EngineSnapshot(
+        running=3,
+        waiting=5,
+        waiting_capacity=4,
+        waiting_deferred=1,
+        used_blocks=300,
+        num_gpu_blocks=1000,
+        block_size=16,
+        preemptions_total=7,
+        prompt_tokens_total=9000,
+        generation_tokens_total=800,
+    )
+    page = EngineMetrics("m", lambda: snapshot).render().decode()
+    assert parse_metrics(page) == scraped_state(snapshot)

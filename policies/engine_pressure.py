@@ -1,0 +1,30 @@
+"""What an engine's own signals say about its load: read alike by admission and the estimate.
+
+Queue: `waiting_for_capacity` (vLLM's `num_requests_waiting_by_reason{reason="capacity"}`:
+waiting for the engine's batch slots or KV blocks) when the engine reports it, else `waiting`.
+Requests `deferred` on something else (a LoRA budget, a KV transfer) say nothing of the
+engine's load.
+
+Preemption: `preemptions_per_s`, the rate of the engine's preemption counter over the
+scraper's rate window (never the counter itself). An engine preempts when a running sequence
+needs a KV block and none is free, so a preempting engine is saturated whatever its KV gauge
+says (each preemption frees its victim's blocks, so the gauge drops just as the engine is
+over-committed).
+    admission  pressure ≥ preemptions_per_s / preemption_threshold_per_s (policies/admission.py;
+               the default 0.5 /s is one preemption in the scraper's default 2 s window)
+    estimate   a preempted request goes back to the head of the queue and is prefilled again.
+               With p = trust · preemptions_per_s and s̄ = one typical prefill (a + b·P̄), while
+               this request waits T, p·T of them land ahead of it: T = queued·s̄ + p·T·s̄, so
+               wait = queued·s̄ · stretch, stretch = 1 / (1 − min(MAX_RECOMPUTE_SHARE, p·s̄))
+               (policies/estimate.py).
+"""
+
+from __future__ import annotations
+
+MAX_RECOMPUTE_SHARE = 0.9  # the engine's time spent re-prefilling victims, at most (stretch 10)
+
+
+def recompute_stretch(preemptions_per_s: float, service_s: float) -> float:
+    """How much longer a queue takes to drain while the engine preempts (see above)."""
+    share = preemptions_per_s * service_s
+    return 1.0 / (1.0 - (share if share < MAX_RECOMPUTE_SHARE else MAX_RECOMPUTE_SHARE))
