@@ -114,7 +114,9 @@ def scraped_state(snapshot: EngineSnapshot) -> ScrapedState:
         preemptions_total=float(snapshot.preemptions_total),
         waiting_deferred=float(snapshot.waiting_deferred),
         kv_block_size_tokens=snapshot.block_size,
-        prefix_caching=False,  # as the engine's page says: it caches no prefix
+        prefix_caching=snapshot.enable_prefix_caching,
+        prefix_cache_queries_total=float(snapshot.prefix_cache_queries_total),
+        prefix_cache_hits_total=float(snapshot.prefix_cache_hits_total),
     )
 
 

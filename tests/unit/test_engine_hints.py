@@ -22,7 +22,7 @@ def endpoint(**declares: Any) -> EndpointConfig:
 
 def sent(hints: EngineHints | None, target: EndpointConfig, **client: Any) -> dict[str, Any]:
     """The body `target` receives for a client body with `client`'s extra fields."""
-    call = UpstreamCall("r1", "/chat/completions", BODY | client, "m", False, hints)
+    call = UpstreamCall("r1", "/chat/completions", BODY | client, "m", False, hints=hints)
     body: dict[str, Any] = orjson.loads(AiohttpUpstream._body(target, call))
     assert body["model"] == "up"
     return body

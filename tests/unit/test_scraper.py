@@ -185,6 +185,9 @@ def test_the_simulated_engines_page_parses_to_what_the_offline_simulator_assumes
         preemptions_total=7,
         prompt_tokens_total=9000,
         generation_tokens_total=800,
+        enable_prefix_caching=True,
+        prefix_cache_queries_total=9000,
+        prefix_cache_hits_total=2048,
     )
     page = EngineMetrics("m", lambda: snapshot).render().decode()
     assert parse_metrics(page) == scraped_state(snapshot)
