@@ -54,7 +54,13 @@ class EndpointConfig(_Strict):
     kind: Literal["vllm", "openai"]
     base_url: str = Field(description="OpenAI base URL, including /v1")
     models: dict[str, str] = Field(min_length=1, description="public model name -> upstream name")
-    apis: list[Api] = Field(min_length=1, description="client APIs served; default by kind")
+    # Filled by kind when absent (`_default_apis`); the default only keeps it optional in the
+    # JSON schema (the Helm chart's values.schema.json).
+    apis: list[Api] = Field(
+        default_factory=lambda: ["chat"],
+        min_length=1,
+        description="client APIs served; default by kind",
+    )
     api_key_env: str | None = None
     # How the endpoint takes its key: `Authorization: Bearer` (OpenAI, vLLM) or Anthropic's
     # `x-api-key` (which also sends the default `anthropic-version` to probes).
