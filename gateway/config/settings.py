@@ -57,7 +57,7 @@ class EndpointConfig(_Strict):
     # Filled by kind when absent (`_default_apis`); the default only keeps it optional in the
     # JSON schema (the Helm chart's values.schema.json).
     apis: list[Api] = Field(
-        default_factory=lambda: ["chat"],
+        default_factory=lambda: list[Api](["chat"]),
         min_length=1,
         description="client APIs served; default by kind",
     )
