@@ -70,6 +70,7 @@ def batch_output_tokens(index: int) -> int:
     return 16 + 15 * (MAX_NUM_SEQS - 1 - index) if index < MAX_NUM_SEQS else 96
 
 
+@pytest.mark.flaky(reruns=2)
 def test_interactive_requests_overtake_batch_requests_queued_before_them(
     vllm: VllmServer,
 ) -> None:

@@ -60,6 +60,7 @@ def histogram_delta(
     return latest[0] - before[0], latest[1] - before[1]
 
 
+@pytest.mark.flaky(reruns=2)
 def test_gateway_ttft_agrees_with_vllms_histogram(gateway: UvicornThread, vllm: VllmServer) -> None:
     def gateway_page() -> str:
         return httpx.get(gateway.base_url + "/metrics").text
@@ -94,6 +95,7 @@ def direct_chat(server: VllmServer, content: str, max_tokens: int) -> int:
     return httpx.post(url, json=body, timeout=120).status_code
 
 
+@pytest.mark.flaky(reruns=2)
 def test_the_gateway_scrapes_vllms_queue_kv_and_capacity_with_their_age(
     gateway: UvicornThread, vllm: VllmServer
 ) -> None:
