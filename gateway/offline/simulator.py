@@ -28,14 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.core import failover
 from gateway.core.admission_control import DISPATCH_TICK_S
-from gateway.core.failover import (
-    CLIENT_FAULT_STATUSES,
-    FIRST_BYTE_TIMEOUT,
-    backoff_s,
-    final_error,
-    gives_up,
-)
 from gateway.errors import AttemptFailed, GatewayError, Rejected
 from gateway.offline.gateway_model import GatewayModel, Queued, offline_config
 from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider, scraped_state
@@ -142,7 +136,9 @@ class Simulator:
         if kind == RETRY:
             self._attempt(payload, now_s)
         elif kind == TIMEOUT:
-            self._failed(payload, AttemptFailed(payload.endpoint_id, FIRST_BYTE_TIMEOUT), now_s)
+            self._failed(
+                payload, AttemptFailed(payload.endpoint_id, failover.FIRST_BYTE_TIMEOUT), now_s
+            )
         elif kind == FAULT:
             self._fault(payload, now_s)
         elif kind == DISPATCH:
@@ -260,7 +256,7 @@ class Simulator:
     def _refused(self, flight: _Flight, refusal: Refusal, now_s: float) -> None:
         if refusal.status == 0:
             self._push(now_s + self.gateway.server.first_byte_timeout_s, TIMEOUT, flight)
-        elif refusal.status in CLIENT_FAULT_STATUSES:
+        elif refusal.status in failover.CLIENT_FAULT_STATUSES:
             # relayed to the client as sent; the endpoint answered, so it counts as healthy
             self._observe(flight, now_s, "client_error", refusal.status)
             self._end(
@@ -278,9 +274,9 @@ class Simulator:
         """Fail over along the ranking by the router's rules (gateway/core/failover.py)."""
         self.gateway.failed_attempt(flight.endpoint_id, flight.route, failure, now_s)
         server, order = self.gateway.server, flight.order
-        if gives_up(flight.attempt, failure, order[flight.attempt % len(order)], server):
-            self._give_up(flight, final_error(failure), now_s)
-        elif (wait_s := backoff_s(len(order), failure, server)) > 0:
+        if failover.gives_up(flight.attempt, failure, order[flight.attempt % len(order)], server):
+            self._give_up(flight, failover.final_error(failure), now_s)
+        elif (wait_s := failover.backoff_s(len(order), failure, server)) > 0:
             self._push(now_s + wait_s, RETRY, flight)
         else:
             self._attempt(flight, now_s)
