@@ -47,6 +47,15 @@ class _Strict(BaseModel):
 class Price(_Strict):
     input_per_1m: float = Field(0.0, ge=0)
     output_per_1m: float = Field(0.0, ge=0)
+    cached_input_per_1m: float | None = Field(
+        None, ge=0, description="price of prompt tokens read from a prompt cache; input_per_1m if unset"
+    )
+
+    @property
+    def cached_input_rate(self) -> float:
+        """USD per 1M cached prompt tokens: hosted providers bill cache hits at a discount, and an
+        endpoint that says nothing bills them as ordinary input."""
+        return self.input_per_1m if self.cached_input_per_1m is None else self.cached_input_per_1m
 
 
 class EndpointConfig(_Strict):
