@@ -78,62 +78,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from policies.base import EndpointSnapshot, LatencyEstimate, RouteRequest
 from policies.engine_pressure import recompute_stretch
+from policies.estimate_params import (
+    EndpointPrior,
+    EstimateParams,
+    PlainPrior,
+    blended_spread,
+    tail_share,
+    tpot_fit,
+    ttft_coefficients,
+)
 
-P95_TAIL = 0.05  # a failure rate at or above this puts its whole penalty into the p95
-
-
-class EndpointPrior(BaseModel):
-    """What to assume about an endpoint before it has `min_samples` observations."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    ttft_base_s: float = Field(default=0.05, ge=0)
-    ttft_per_token_s: float = Field(default=1e-4, ge=0)
-    tpot_s: float = Field(default=0.02, gt=0)
-    ttft_spread: float = Field(default=2.0, ge=1, description="TTFT p95 / mean, a ceiling")
-    tpot_spread: float = Field(default=1.6, ge=1, description="TPOT p95 / mean, a ceiling")
-    batch_slots: int | None = Field(default=128, ge=1)
-    tpot_double_running: float | None = Field(default=128.0, gt=0)
-    uncertainty: float | None = Field(
-        default=None, ge=1, description="how far off it may be; None: cold_uncertainty"
-    )
-
-
-def _hosted_prior() -> EndpointPrior:
-    return EndpointPrior(
-        ttft_base_s=0.5,
-        ttft_per_token_s=2e-5,
-        tpot_s=0.015,
-        ttft_spread=2.5,
-        tpot_spread=1.5,
-        batch_slots=None,
-        tpot_double_running=None,
-    )
-
-
-class KindPriors(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    vllm: EndpointPrior = EndpointPrior()
-    openai: EndpointPrior = _hosted_prior()
-
-
-class EstimateParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    min_samples: int = Field(default=10, ge=1)
-    cold_uncertainty: float = Field(default=3.0, ge=1, description="a prior may be off by")
-    gauge_half_life_s: float = Field(default=2.0, gt=0)
-    default_output_tokens: int = Field(default=256, ge=1)
-    mean_prompt_tokens: float = Field(default=1000.0, ge=0)
-    throttle_penalty_s: float = Field(default=1.0, ge=0)
-    error_penalty_s: float = Field(default=0.5, ge=0)
-    priors: KindPriors = KindPriors()
-    endpoint_priors: dict[str, EndpointPrior] = Field(default_factory=dict)
+__all__ = ["EndpointPrior", "EstimateParams", "Estimator", "Prediction", "PredictionRow"]
 
 
 class Prediction(NamedTuple):
@@ -187,13 +146,13 @@ class Estimator:
         self._error_penalty_s = params.error_penalty_s
         self._extra_uncertainty = params.cold_uncertainty - 1.0
         self._kind_priors = {
-            "vllm": _Prior.of(params.priors.vllm),
-            "openai": _Prior.of(params.priors.openai),
+            "vllm": PlainPrior.of(params.priors.vllm),
+            "openai": PlainPrior.of(params.priors.openai),
         }
-        self._endpoint_priors = {k: _Prior.of(v) for k, v in params.endpoint_priors.items()}
+        self._endpoint_priors = {k: PlainPrior.of(v) for k, v in params.endpoint_priors.items()}
         self._fits: dict[str, _Fit] = {}
 
-    def _prior(self, snapshot: EndpointSnapshot) -> _Prior:
+    def _prior(self, snapshot: EndpointSnapshot) -> PlainPrior:
         own = self._endpoint_priors.get(snapshot.endpoint_id) if self._endpoint_priors else None
         return own or self._kind_priors[snapshot.kind]
 
@@ -286,19 +245,19 @@ class Estimator:
         warmth = min(1.0, stats.samples / self._min_samples)
         extra = self._extra_uncertainty if prior.uncertainty is None else prior.uncertainty - 1
         uncertainty = 1.0 + extra * (1.0 - warmth)
-        a, b = _ttft_coefficients(stats, prior, warmth, self._mean_prompt_tokens)
-        spread = _spread(stats.ttft_p95_s, stats.ttft_mean_s, prior.ttft_spread, warmth)
-        tpot_spread = _spread(stats.tpot_p95_s, stats.tpot_mean_s, prior.tpot_spread, warmth)
+        a, b = ttft_coefficients(stats, prior, warmth, self._mean_prompt_tokens)
+        ttft_spread = blended_spread(stats.ttft_p95_s, stats.ttft_mean_s, prior.ttft_spread, warmth)
+        tpot_spread = blended_spread(stats.tpot_p95_s, stats.tpot_mean_s, prior.tpot_spread, warmth)
         penalty_mean_s = penalty_p95_s = 0.0
         if stats.errors and stats.samples:
             penalty_mean_s, penalty_p95_s = self._failure_penalties(stats, warmth)
-        tpot_base_s, tpot_slope_s = _tpot_fit(stats)
+        tpot_base_s, tpot_slope_s = tpot_fit(stats)
         return (
             stats,
             a,
             b,
             a + b * (stats.prompt_tokens_mean or self._mean_prompt_tokens),
-            uncertainty * spread,
+            uncertainty * ttft_spread,
             uncertainty * tpot_spread,
             warmth,
             tpot_base_s,
@@ -320,8 +279,8 @@ class Estimator:
         error_rate = error_rate if error_rate > 0 else 0.0
         mean_s = throttle_rate * self._throttle_penalty_s + error_rate * self._error_penalty_s
         p95_s = (
-            _tail_share(throttle_rate) * self._throttle_penalty_s
-            + _tail_share(error_rate) * self._error_penalty_s
+            tail_share(throttle_rate) * self._throttle_penalty_s
+            + tail_share(error_rate) * self._error_penalty_s
         )
         return mean_s, p95_s
 
@@ -340,60 +299,3 @@ _Fit = tuple[
 ]  # fmt: skip
 # A `Prediction` as a plain tuple, in its field order.
 PredictionRow = tuple[float, float, float, float, int, float, bool, float]
-
-
-def _tail_share(rate: float) -> float:
-    """How much of a penalty that strikes `rate` of requests shows in the p95."""
-    return rate / P95_TAIL if rate < P95_TAIL else 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class _Prior:
-    """An `EndpointPrior` as plain attributes."""
-
-    ttft_base_s: float
-    ttft_per_token_s: float
-    tpot_s: float
-    ttft_spread: float
-    tpot_spread: float
-    batch_slots: int | None
-    tpot_double_running: float | None
-    uncertainty: float | None
-
-    @classmethod
-    def of(cls, prior: EndpointPrior) -> _Prior:
-        return cls(**prior.model_dump())
-
-
-def _ttft_coefficients(
-    stats: LatencyEstimate, prior: _Prior, warmth: float, default_prompt: float
-) -> tuple[float, float]:
-    slope = stats.ttft_per_token_s
-    if stats.ttft_base_s is not None and slope is not None and slope > 0:
-        base_s = stats.ttft_base_s
-    elif stats.ttft_mean_s is not None:
-        slope = prior.ttft_per_token_s
-        base_s = stats.ttft_mean_s - slope * (stats.prompt_tokens_mean or default_prompt)
-        base_s = base_s if base_s > 0 else 0.0
-    else:
-        return prior.ttft_base_s, prior.ttft_per_token_s
-    return (
-        prior.ttft_base_s + warmth * (base_s - prior.ttft_base_s),
-        prior.ttft_per_token_s + warmth * (slope - prior.ttft_per_token_s),
-    )
-
-
-def _tpot_fit(stats: LatencyEstimate) -> tuple[float | None, float]:
-    """Observed TPOT as base + slope·(I + 1): the store's fit, else the flat measured mean."""
-    slope_s = stats.tpot_per_in_flight_s
-    if stats.tpot_base_s is not None and slope_s is not None:
-        return stats.tpot_base_s, slope_s if slope_s > 0 else 0.0
-    return stats.tpot_mean_s, 0.0
-
-
-def _spread(quantile: float | None, mean: float | None, prior: float, warmth: float) -> float:
-    """p95 / mean: the prior's, lowered by warmth towards an observed one below it."""
-    if quantile is None or not mean or quantile >= prior * mean:
-        return prior
-    observed = quantile / mean if quantile > mean else 1.0
-    return prior + warmth * (observed - prior)
