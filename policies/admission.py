@@ -48,7 +48,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
-from typing import Generic, Literal, NamedTuple, TypeVar
+from functools import cached_property
+from typing import Any, Generic, Literal, NamedTuple, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -65,6 +66,20 @@ class Reason(StrEnum):
     RESERVED_FOR_HIGHER_PRIORITY = "reserved_for_higher_priority"
     DEADLINE_UNREACHABLE = "deadline_unreachable"
     QUEUE_FULL = "queue_full"
+
+
+class Limits(NamedTuple):
+    """The thresholds `_states` (which unpacks them in this order) and `_saturation` read, as
+    plain values: a pydantic attribute costs about four times a tuple field, and these run
+    per endpoint per request."""
+
+    in_flight_threshold: float
+    max_gauge_age_s: float
+    kv_threshold: float
+    queue_threshold: float
+    hysteresis_band: float
+    reserved_at: float  # 1 − reserve_fraction
+    preemption_threshold_per_s: float
 
 
 class AdmissionParams(BaseModel):
@@ -85,6 +100,26 @@ class AdmissionParams(BaseModel):
     default_output_tokens: int = Field(
         default=256, ge=1, description="footprint without max_tokens"
     )
+
+    @cached_property
+    def limits(self) -> Limits:
+        """The thresholds as plain values, worked out once per (frozen) params object."""
+        return Limits(
+            self.in_flight_threshold,
+            self.max_gauge_age_s,
+            self.kv_threshold,
+            self.queue_threshold,
+            self.hysteresis_band,
+            1 - self.reserve_fraction,
+            self.preemption_threshold_per_s,
+        )
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with `update` applied; its `limits` are worked out anew (pydantic copies the
+        cached value along with the fields, which `update` may change)."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied.__dict__.pop("limits", None)
+        return copied
 
 
 class Saturation(IntEnum):
@@ -114,49 +149,13 @@ Decision = Admit | Reject | Queue
 ADMIT = Admit()
 
 
-class _Limits(NamedTuple):
-    """The thresholds `_states` (which unpacks them in this order) and `_saturation` read, as
-    plain values: a pydantic attribute costs about four times a tuple field, and these run
-    per endpoint per request."""
-
-    in_flight_threshold: float
-    max_gauge_age_s: float
-    kv_threshold: float
-    queue_threshold: float
-    hysteresis_band: float
-    reserved_at: float  # 1 − reserve_fraction
-    preemption_threshold_per_s: float
-
-
-def _limits(params: AdmissionParams) -> _Limits:
-    found = _LIMITS.get(id(params))
-    if found is not None and found[0] is params:  # the entry holds params: ids stay unique
-        return found[1]
-    if len(_LIMITS) >= 64:
-        _LIMITS.clear()
-    limits = _Limits(
-        params.in_flight_threshold,
-        params.max_gauge_age_s,
-        params.kv_threshold,
-        params.queue_threshold,
-        params.hysteresis_band,
-        1 - params.reserve_fraction,
-        params.preemption_threshold_per_s,
-    )
-    _LIMITS[id(params)] = (params, limits)
-    return limits
-
-
-_LIMITS: dict[int, tuple[AdmissionParams, _Limits]] = {}  # a memo of frozen params, by id
-
-
 def pressure(
     snapshot: EndpointSnapshot, params: AdmissionParams, footprint_tokens: int = 0
 ) -> float:
     """How close the endpoint is to a saturation threshold: 1.0 = at one. With a footprint,
     the pressure the endpoint would be under once that many more KV tokens are in use."""
     levels: dict[str, float] = {}
-    _states({}, (snapshot,), _limits(params), footprint_tokens, levels)
+    _states({}, (snapshot,), params.limits, footprint_tokens, levels)
     return levels[snapshot.endpoint_id]
 
 
@@ -167,7 +166,7 @@ def request_states(
     params: AdmissionParams,
 ) -> dict[str, Saturation]:
     """Each endpoint's state as this request would find it once admitted (never lower)."""
-    found = _states({}, snapshots, _limits(params), footprint_tokens)
+    found = _states({}, snapshots, params.limits, footprint_tokens)
     return {key: max(states.get(key, _OPEN), state) for key, state in found.items()}
 
 
@@ -179,7 +178,7 @@ def next_saturation(
     previous: Saturation, snapshot: EndpointSnapshot, params: AdmissionParams
 ) -> Saturation:
     key = snapshot.endpoint_id
-    return _states({key: previous}, (snapshot,), _limits(params), 0)[key]
+    return _states({key: previous}, (snapshot,), params.limits, 0)[key]
 
 
 def next_saturations(
@@ -188,13 +187,13 @@ def next_saturations(
     params: AdmissionParams,
 ) -> dict[str, Saturation]:
     """`next_saturation` for a pool, by endpoint id; an endpoint not seen before starts OPEN."""
-    return _states(previous, snapshots, _limits(params), 0)
+    return _states(previous, snapshots, params.limits, 0)
 
 
 def _states(
     previous: Mapping[str, Saturation],
     snapshots: Iterable[EndpointSnapshot],
-    limits: _Limits,
+    limits: Limits,
     footprint_tokens: int,
     levels: dict[str, float] | None = None,
 ) -> dict[str, Saturation]:
@@ -242,10 +241,10 @@ def _states(
 
 
 def saturation_for(previous: Saturation, level: float, params: AdmissionParams) -> Saturation:
-    return _saturation(previous, level, _limits(params))
+    return _saturation(previous, level, params.limits)
 
 
-def _saturation(previous: Saturation, level: float, limits: _Limits) -> Saturation:
+def _saturation(previous: Saturation, level: float, limits: Limits) -> Saturation:
     if level < limits.reserved_at - limits.hysteresis_band:  # the common case first
         return _OPEN
     if level >= 1 or (previous == _SATURATED and level >= 1 - limits.hysteresis_band):

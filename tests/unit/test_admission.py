@@ -272,3 +272,13 @@ def test_a_batch_request_that_would_cross_into_the_reserve_is_shed() -> None:
     small = request_states({}, [snapshot], 100, params)
     assert isinstance(decide(batch, big.values(), params, now_s=0.0), Reject)
     assert decide(interactive, small.values(), params, now_s=0.0) == ADMIT
+
+
+def test_limits_are_worked_out_once_per_params_and_follow_a_copy_with_updates() -> None:
+    params = AdmissionParams(kv_threshold=0.6)
+    assert params.limits is params.limits
+    assert params.limits.kv_threshold == 0.6
+    updated = params.model_copy(update={"kv_threshold": 0.9, "reserve_fraction": 0.25})
+    assert updated.limits.kv_threshold == 0.9
+    assert updated.limits.reserved_at == 0.75
+    assert params.limits.kv_threshold == 0.6
