@@ -11,8 +11,9 @@ Method
    units compare; +inf when the class sets no target.
 3. Each endpoint falls in one of three tiers, and the ranking takes them in this order:
    - meets: headroom ≥ 0. Cheapest for this request first (prompt and N tokens at the
-     endpoint's prices), self-hosted (kind vllm) before hosted at equal cost, then the most
-     headroom, then the lowest predicted p95 TTFT.
+     endpoint's prices, the prompt tokens predicted cached at its cached rate), self-hosted
+     (kind vllm) before hosted at equal cost, then the most headroom, then the lowest
+     predicted p95 TTFT.
    - unproven: misses at the cautious p95 but meets at the optimistic one (p95 / u²): a cold
      endpoint whose prior is too thin to judge. Least utilised first (in-flight leases over
      max_concurrency, or in-flight alone without one), then the cheapest. Without evidence
@@ -151,6 +152,7 @@ def _tiers(
     prompt_tokens = float(request.prompt_tokens)
     output_tokens = float(rows[0][OUTPUT_TOKENS])  # the same for every candidate
     tie = rng.random
+    cached_of = request.cached_tokens.get if request.cached_tokens else None
     meets: list[MeetsKey] = []
     unproven: list[OtherKey] = []
     misses: list[OtherKey] = []
@@ -168,9 +170,12 @@ def _tiers(
         if not ratio <= uncertainty * uncertainty:  # not even at the optimistic p95 (u ≥ 1)
             misses.append((ratio, ttft_p95_s, tie(), index))
             continue
-        # EndpointSnapshot.cost × 1e6, inlined
-        cost = prompt_tokens * snapshot.input_price_per_1m + (
-            output_tokens * snapshot.output_price_per_1m
+        # EndpointSnapshot.cost × 1e6, inlined (cached tokens at the cached input rate)
+        cached = cached_of(snapshot.endpoint_id, 0.0) if cached_of else 0.0
+        cost = (
+            (prompt_tokens - cached) * snapshot.input_price_per_1m
+            + cached * snapshot.cached_input_price_per_1m
+            + output_tokens * snapshot.output_price_per_1m
         )
         if ratio <= 1.0:
             hosted = 0.0 if snapshot.kind == "vllm" else 1.0
