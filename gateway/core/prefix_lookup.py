@@ -12,6 +12,8 @@ from gateway.core.prefix_chain import PrefixChain
 from gateway.core.prefix_index import PrefixIndex
 from policies.base import EngineSignals, RouteRequest
 
+DEFAULT_OUTPUT_TOKENS = 256  # an answer's KV writes, when max_tokens does not bound them
+
 
 def with_cached(request: RouteRequest, index: PrefixIndex, chain: PrefixChain) -> RouteRequest:
     """The request with the tokens each endpoint is predicted to hold cached (`cached_tokens`),

@@ -13,12 +13,10 @@ from typing import Any
 
 from gateway.core.prefix_chain import EMPTY, PrefixChain, chain_of
 from gateway.core.prefix_index import IndexParams, PrefixIndex
-from gateway.core.prefix_lookup import routed, with_cached
+from gateway.core.prefix_lookup import DEFAULT_OUTPUT_TOKENS, routed, with_cached
 from gateway.telemetry.record import Finished
 from gateway.watch.scraper import Scraper
 from policies.base import RouteRequest
-
-DEFAULT_OUTPUT_TOKENS = 256  # an answer's KV writes, when max_tokens does not bound them
 
 
 class PrefixRouting:
