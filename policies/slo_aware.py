@@ -170,6 +170,7 @@ def _tiers(
     output_tokens = float(rows[0][OUTPUT_TOKENS])  # the same for every candidate
     tie = rng.random
     cached_of = request.cached_tokens.get if request.cached_tokens else None
+    tenth = 0.1 * prompt_tokens + 1.0  # the uncached prompt is ranked in tenths of it
     meets: list[MeetsKey] = []
     unproven: list[OtherKey] = []
     misses: list[OtherKey] = []
@@ -199,8 +200,10 @@ def _tiers(
             # within a band of the SLO: the least uncached prompt (in tenths of it), then the
             # least utilised; equal endpoints share load, a cache holder keeps its prefix
             band = ratio // band_width if band_width else ratio
-            missed = (prompt_tokens - cached) // (0.1 * prompt_tokens + 1.0)
-            meets.append((cost, hosted, band, missed, utilisation(snapshot), ratio, tie(), index))
+            missed = (prompt_tokens - cached) // tenth
+            limit = snapshot.max_concurrency  # `utilisation`, inlined
+            used = snapshot.in_flight / limit if limit else float(snapshot.in_flight)
+            meets.append((cost, hosted, band, missed, used, ratio, tie(), index))
         else:
             unproven.append((utilisation(snapshot), cost, tie(), index))
     return meets, unproven, misses
