@@ -27,7 +27,6 @@ pytestmark = pytest.mark.integration
 SLO_AWARE = {"name": "slo_aware", "explore_fraction": 0.0, "estimate": {"min_samples": 5}}
 SLOW_PREFILL = {"prefill_per_token_s": 0.0004, "prefill_quadratic_s": 0.0}
 SYSTEM = {"role": "system", "content": "You answer in the house style, briefly. " * 120}
-HOT = {"role": "system", "content": "Be brief and kind. " * 50}  # every user's system prompt
 
 
 def client(base_url: str) -> openai.OpenAI:
@@ -116,15 +115,15 @@ async def closed_loop(
     async def user(number: int) -> None:
         for request in range(per_connection):
             content = f"user {number} request {request} " * 20
-            messages = (
+            messages = (  # the shared one: every user's system prompt
                 [SYSTEM, {"role": "user", "content": content}]
                 if shared
                 else [{"role": "user", "content": content}]
             )
             raw = await sdk.chat.completions.with_raw_response.create(
                 model=PUBLIC_MODEL,
-                messages=messages,
-                max_tokens=16,  # type: ignore[arg-type]
+                messages=messages,  # type: ignore[arg-type]
+                max_tokens=16,
             )
             chosen.append(raw.headers["x-slo-gateway-endpoint"])
 
