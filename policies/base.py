@@ -57,6 +57,8 @@ class RouteRequest:
     max_tokens: int | None = None
     stream: bool = False
     seq: int = 0  # a per-replica request counter, so rotation-based policies stay pure
+    # the client's conversation key (x-session-id, else prompt_cache_key, else user), if any
+    session: str | None = None
     # endpoint id -> tokens of this prompt predicted to be in its prefix cache, discounted by
     # the index's precision (gateway/core/prefix_index.py); endpoints not named: none. A
     # mapping rather than a snapshot field, so a hit costs no snapshot rebuilt.

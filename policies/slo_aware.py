@@ -13,12 +13,18 @@ Method
    - meets: headroom ≥ 0. Cheapest for this request first (prompt and N tokens at the
      endpoint's prices, the prompt tokens predicted cached at its cached rate), self-hosted
      (kind vllm) before hosted at equal cost, then the most headroom in bands of `band`
-     (p95/target rounded down to a multiple of it), then the least utilised (in-flight over
-     max_concurrency, or in-flight alone), then the most headroom. Equal endpoints thus share
-     load: the model's TTFT does not grow with in-flight requests below a batch's slots, so
-     without bands the one whose fit is a little better takes nearly all (16/84 for two
-     identical engines under 64 connections). A predicted cache hit is worth its seconds:
-     it moves an endpoint up a band only when b·C is a tenth of the target or more.
+     (p95/target rounded down to a multiple of it), then the least uncached prompt (in
+     tenths of it: a cache holder keeps its prefix within the band), then the least
+     utilised (in-flight over max_concurrency, or in-flight alone), then the most headroom.
+     Equal endpoints thus share load: the model's TTFT does not grow with in-flight requests
+     below a batch's slots, so without bands the one whose fit is a little better takes
+     nearly all (16/84 for two identical engines under 64 connections). A predicted hit is
+     worth its seconds: across bands it counts only as b·C in the p95. With
+     `session_affinity`, a request naming a session (`RouteRequest.session`) for which no
+     endpoint holds anything yet (its first turn) takes, in place of the uncached tenths, its
+     rendezvous rank (crc32 of session and endpoint): every replica places a new
+     conversation on the same endpoint within the band, so their indexes agree; it never
+     moves an endpoint across bands, so it never overrides load.
    - unproven: misses at the cautious p95 but meets at the optimistic one (p95 / u²): a cold
      endpoint whose prior is too thin to judge. Least utilised first (in-flight leases over
      max_concurrency, or in-flight alone without one), then the cheapest. Without evidence
@@ -38,15 +44,16 @@ Method
    slow still get measured. Randomness comes only from the injected rng.
 
 Parameters: `explore_fraction` (0..1, default 0.02), `band` (0..1, default 0.1; 0: no bands,
-the most headroom first), `prefix_aware` (default true: predictions
-count the request's predicted cached tokens; false ignores them, a baseline) and `estimate`
-(see `policies.estimate`).
+the most headroom first), `session_affinity` (default true), `prefix_aware` (default true:
+predictions count the request's predicted cached tokens; false ignores them, a baseline) and
+`estimate` (see `policies.estimate`).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import ClassVar, Literal
@@ -63,6 +70,7 @@ class Params(BaseModel):
     explore_fraction: float = Field(default=0.02, ge=0, le=1)
     prefix_aware: bool = True  # False: predictions ignore the prefix index (a baseline)
     band: float = Field(default=0.1, ge=0, le=1)
+    session_affinity: bool = True  # a session's first turn by rendezvous hashing (see 3.)
     estimate: EstimateParams = EstimateParams()
 
 
@@ -101,6 +109,7 @@ class SloAware:
         self._explore_fraction = params.explore_fraction  # a plain attribute reads faster
         self._prefix_aware = params.prefix_aware
         self._band = params.band
+        self._affinity = params.session_affinity
 
     def rank(
         self, request: RouteRequest, candidates: Sequence[EndpointSnapshot], rng: random.Random
@@ -112,7 +121,8 @@ class SloAware:
         slo = request.slo
         tpot = slo.tpot_s is not None or slo.deadline_s is not None  # else TTFT alone decides
         rows = self.estimator.predict_rows(request, candidates, tpot)
-        tiers = _tiers(request, candidates, rows, rng, self._band)
+        home = self._affinity and request.session is not None and not request.cached_tokens
+        tiers = _tiers(request, candidates, rows, rng, self._band, home)
         for keys in tiers:
             keys.sort()
         order = [key[-1] for keys in tiers for key in keys]
@@ -159,6 +169,7 @@ def _tiers(
     rows: Sequence[PredictionRow],
     rng: random.Random,
     band_width: float,
+    home: bool = False,
 ) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
     """Each candidate's sort key, in its tier's list: plain tuples sort fastest, and tiers
     sorted apart compare shorter keys. Headroom is 1 − the largest p95/target ratio, inlined:
@@ -203,10 +214,17 @@ def _tiers(
             missed = (prompt_tokens - cached) // tenth
             limit = snapshot.max_concurrency  # `utilisation`, inlined
             used = snapshot.in_flight / limit if limit else float(snapshot.in_flight)
+            if home:  # rendezvous: the same endpoint for the session on every replica
+                missed = rendezvous(request.session or "", snapshot.endpoint_id)
             meets.append((cost, hosted, band, missed, used, ratio, tie(), index))
         else:
             unproven.append((utilisation(snapshot), cost, tie(), index))
     return meets, unproven, misses
+
+
+def rendezvous(session: str, endpoint_id: str) -> float:
+    """The session's rendezvous rank of an endpoint (lowest first), the same on every replica."""
+    return -float(zlib.crc32(f"{session}\x00{endpoint_id}".encode()))
 
 
 def utilisation(snapshot: EndpointSnapshot) -> float:

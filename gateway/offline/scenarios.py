@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.config.settings import SloClassConfig, TenantLimits
+from gateway.offline.prefix_scenarios import sessions_fast, sessions_slow
 from gateway.offline.scenario import (
     Check,
     EngineSpec,
@@ -33,7 +34,6 @@ from gateway.offline.scenario import (
     TenantSpec,
     Traffic,
 )
-from gateway.offline.prefix_scenarios import sessions_fast, sessions_slow
 from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.engine import EngineServerParams
 from gateway.sim.fleet import MemberPrice
