@@ -43,7 +43,7 @@ Method
    the estimate's `min_samples`), drawn uniformly, goes first, so endpoints whose priors look
    slow still get measured. Randomness comes only from the injected rng.
 
-Parameters: `explore_fraction` (0..1, default 0.02), `band` (0..1, default 0.1; 0: no bands,
+Parameters: `explore_fraction` (0..1, default 0.02), `band` (0..1, default 0.2; 0: no bands,
 the most headroom first), `session_affinity` (default true), `prefix_aware` (default true:
 predictions count the request's predicted cached tokens; false ignores them, a baseline) and
 `estimate` (see `policies.estimate`).
@@ -69,7 +69,7 @@ class Params(BaseModel):
     name: Literal["slo_aware"] = "slo_aware"
     explore_fraction: float = Field(default=0.02, ge=0, le=1)
     prefix_aware: bool = True  # False: predictions ignore the prefix index (a baseline)
-    band: float = Field(default=0.1, ge=0, le=1)
+    band: float = Field(default=0.2, ge=0, le=1)
     session_affinity: bool = True  # a session's first turn by rendezvous hashing (see 3.)
     estimate: EstimateParams = EstimateParams()
 
