@@ -126,3 +126,23 @@ def test_bounds_per_endpoint_and_overall() -> None:
     assert index.memory_bytes() > 0
     index.forget("a")
     assert index.entries("a") == 0
+
+
+def test_the_plain_message_fast_path_hashes_as_the_general_envelope_and_content() -> None:
+    plain = chain_of(body("hello", "hi there"))
+    spelled_out = chain_of(
+        {
+            "model": "m",
+            "messages": [
+                *body()["messages"],
+                {"role": "user", "content": [{"type": "text", "text": "hello"}], "name": None},
+                {"role": "assistant", "content": "hi there", "tool_call_id": None},
+            ],
+        }
+    )
+    assert spelled_out == plain
+    swapped = {
+        "model": "m",
+        "messages": [*body()["messages"], {"role": "assistant", "content": "hello"}],
+    }
+    assert chain_of(swapped).hashes[-1] != plain.hashes[-2]  # the role is part of the block
