@@ -2,6 +2,13 @@
 
 Run: .venv/bin/python -m benchmarks.decision
 
+The prefix case ("+ prefix") adds what a request with an 8,000-token chat prompt costs on top:
+the index walk over the 20 endpoints (gateway/core/prefix_index.py; each conversation sits on
+two of them, and all hold the shared system prompt) and the predicted cached tokens put on the
+request; then the same decision. Hashing the prompt into its chain
+(gateway/core/prefix_chain.py) happens once per request before admission, like the token
+estimate, and is timed on its own line ("+ hashing" adds it to the decision).
+
 A decision here is what the gateway does per request once snapshots are built: update each
 endpoint's saturation state (hysteresis), decide admission, keep the endpoints with headroom for
 the class, and rank them with the policy. Every registered policy is timed on the same mixed
@@ -19,7 +26,11 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from dataclasses import replace
 
+from gateway.core.prefix_chain import chain_of
+from gateway.core.prefix_index import PrefixIndex
+from gateway.core.prefix_lookup import with_cached
 from policies.admission import (
     AdmissionParams,
     Saturation,
@@ -121,6 +132,66 @@ def time_decisions(
     return costs_us
 
 
+PREFIX_PROMPT_TOKENS = 8000
+PREFIX_SESSIONS = 16
+PREFIXED = ("round_robin", "slo_aware", "prefix_only")
+HASHING_US: list[float] = []  # hashing each prefix case's prompt into its chain
+
+
+def sessions(rng: random.Random) -> list[dict[str, object]]:
+    """Chat bodies of about 8,000 tokens (32,000 characters): a shared 4,000-character system
+    prompt, then the turns of one of `PREFIX_SESSIONS` conversations."""
+    system = {"role": "system", "content": "Follow the house style. " * 170}
+    bodies: list[dict[str, object]] = []
+    for number in range(PREFIX_SESSIONS):
+        turns: list[dict[str, str]] = [system]
+        while sum(len(t["content"]) for t in turns) < 4 * PREFIX_PROMPT_TOKENS:
+            role = "user" if len(turns) % 2 else "assistant"
+            turns.append(
+                {"role": role, "content": f"session {number} says " * rng.randint(40, 200)}
+            )
+        bodies.append({"model": "m", "messages": turns})
+    return bodies
+
+
+def seeded_index(endpoints: list[EndpointSnapshot], bodies: list[dict[str, object]]) -> PrefixIndex:
+    """An index where each session's conversation so far sits on one or two endpoints."""
+    index = PrefixIndex()
+    rng = random.Random(3)
+    for body in bodies:
+        chain = chain_of(body)
+        for snapshot in rng.sample(endpoints, 2):
+            depth = rng.randint(1, len(chain.hashes))
+            index.routed(snapshot.endpoint_id, chain._replace(hashes=chain.hashes[:depth]), 0, 0.0)
+    return index
+
+
+def time_prefix_decisions(
+    name: str, endpoints: list[EndpointSnapshot], batch: list[RouteRequest]
+) -> list[float]:
+    """µs per decision as `time_decisions`, plus hashing the body and the index lookup."""
+    bodies = sessions(random.Random(5))
+    index = seeded_index(endpoints, bodies)
+    params = AdmissionParams()
+    policy = build(POLICIES[name][0]())
+    rng = random.Random(1)
+    states: dict[str, Saturation] = {}
+    costs_us = []
+    for number, request in enumerate(batch):
+        body = bodies[number % len(bodies)]
+        request = replace(request, prompt_tokens=PREFIX_PROMPT_TOKENS)
+        hashing = time.perf_counter_ns()
+        chain = chain_of(body)
+        HASHING_US.append((time.perf_counter_ns() - hashing) / 1000)
+        started = time.perf_counter_ns()
+        states = next_saturations(states, endpoints, params)
+        decide(request.slo, states.values(), params, now_s=0.0)
+        usable = with_headroom(endpoints, states, request.slo, params) or endpoints
+        policy.rank(with_cached(request, index, chain), usable, rng)
+        costs_us.append((time.perf_counter_ns() - started) / 1000)
+    return costs_us
+
+
 def measure(endpoints: list[EndpointSnapshot], batch: list[RouteRequest]) -> dict[str, list[float]]:
     """Rounds interleave the variants, so load from other processes spreads over all of them."""
     variants: list[str | None] = [None, *sorted(POLICIES)]
@@ -130,6 +201,10 @@ def measure(endpoints: list[EndpointSnapshot], batch: list[RouteRequest]) -> dic
         part = batch[round_ * chunk : (round_ + 1) * chunk]
         for variant in variants:
             costs[str(variant)] += time_decisions(variant, endpoints, part)
+        for name in PREFIXED:
+            if name in POLICIES:
+                costs.setdefault(f"{name} + prefix", [])
+                costs[f"{name} + prefix"] += time_prefix_decisions(name, endpoints, part)
     return costs
 
 
@@ -149,6 +224,18 @@ def main() -> None:
         label = "(admission only)" if variant == "None" else variant
         flag = "" if p50 < TARGET_P50_US else "  over target"
         print(f"{label:<22} {p50:8.1f} {p99:8.1f} {p50 / base_p50:17.2f}x{flag}")
+    hashing = statistics.median(HASHING_US)
+    print(f"hashing an {PREFIX_PROMPT_TOKENS:,}-token chat prompt (once per request, at intake):")
+    print(
+        f"  p50 {hashing:.1f} µs; slo_aware + prefix + hashing p50 ≈ "
+        f"{statistics.median(costs['slo_aware + prefix']) + hashing:.1f} µs"
+    )
+    index = seeded_index(fleet(random.Random(7)), sessions(random.Random(5)))
+    per_endpoint = index.memory_bytes() / max(1, len(index.holders))
+    print(
+        f"index memory: {index.memory_bytes() / 1024:.0f} KiB, {per_endpoint / 1024:.1f} KiB "
+        f"per endpoint ({PREFIX_SESSIONS} sessions of {PREFIX_PROMPT_TOKENS:,} tokens)"
+    )
 
 
 if __name__ == "__main__":

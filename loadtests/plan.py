@@ -35,6 +35,8 @@ class PlannedCall(_Strict):
     output_tokens: int
     tenant: str
     slo_class: str
+    # the chat messages, for plans that carry text (gateway/offline/prefix_scenarios.py)
+    messages: list[dict[str, Any]] | None = None
 
     @property
     def group(self) -> str:
@@ -80,9 +82,15 @@ def calls(requests: Sequence[PlannedRequest]) -> list[PlannedCall]:
             output_tokens=r.output_tokens,
             tenant=r.tenant,
             slo_class=r.slo_class,
+            messages=_messages(r),
         )
         for i, r in enumerate(requests)
     ]
+
+
+def _messages(request: PlannedRequest) -> list[dict[str, Any]] | None:
+    body = getattr(request, "body", None)
+    return list(body["messages"]) if isinstance(body, dict) else None
 
 
 def pools(planned: Sequence[PlannedCall], max_users: int) -> dict[str, int]:

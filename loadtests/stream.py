@@ -43,9 +43,12 @@ def prompt_text(tokens: int, index: int) -> str:
 def request_body(model: str, call: PlannedCall, api: Api = "chat") -> dict[str, Any]:
     if api != "chat":
         return api_body(api, model, prompt_text(call.prompt_tokens, call.index), call.output_tokens)
+    messages = call.messages or [
+        {"role": "user", "content": prompt_text(call.prompt_tokens, call.index)}
+    ]
     return {
         "model": model,
-        "messages": [{"role": "user", "content": prompt_text(call.prompt_tokens, call.index)}],
+        "messages": messages,
         "max_tokens": call.output_tokens,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -61,6 +64,7 @@ class StreamResult:
     prompt_tokens: int | None = None
     done: bool = False
     error: str | None = None
+    cached_tokens: int = 0  # usage.prompt_tokens_details.cached_tokens
 
     @property
     def output_tokens(self) -> int:
@@ -94,6 +98,7 @@ def read_stream(
                 _int(usage, "completion_tokens"),
                 _int(usage, "prompt_tokens"),
                 done=True,
+                cached_tokens=_cached(usage),
             )
     return StreamResult(
         first_s,
@@ -147,6 +152,13 @@ class Measured:
     output_tokens: int = 0
     ttft_s: float | None = None
     tpot_s: float | None = None
+    cached_tokens: int = 0
+
+
+def _cached(usage: dict[str, Any]) -> int:
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) else 0
 
 
 def measure(
@@ -177,6 +189,7 @@ def measure(
         result.output_tokens,
         ttft_s,
         tpot_s,
+        result.cached_tokens,
     )
 
 

@@ -162,6 +162,7 @@ def _record(call: PlannedCall, start_s: float, m: Measured) -> LoadRecord:
         ttft_s=m.ttft_s,
         tpot_s=m.tpot_s,
         e2e_s=m.e2e_s,
+        cached_tokens=m.cached_tokens,
     )
 
 

@@ -9,11 +9,30 @@ dropped unhealthy endpoints, handles an empty ranking, and times the call.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, NamedTuple, Protocol
 
 EndpointKind = Literal["vllm", "openai"]
+
+
+class _NoCached(Mapping[str, float]):
+    """The empty, hashable mapping: `RouteRequest.cached_tokens` when nothing is predicted."""
+
+    def __getitem__(self, key: str) -> float:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __hash__(self) -> int:
+        return 0
+
+
+NO_CACHED: Mapping[str, float] = _NoCached()
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +57,12 @@ class RouteRequest:
     max_tokens: int | None = None
     stream: bool = False
     seq: int = 0  # a per-replica request counter, so rotation-based policies stay pure
+    # the client's conversation key (x-session-id, else prompt_cache_key, else user), if any
+    session: str | None = None
+    # endpoint id -> tokens of this prompt predicted to be in its prefix cache, discounted by
+    # the index's precision (gateway/core/prefix_index.py); endpoints not named: none. A
+    # mapping rather than a snapshot field, so a hit costs no snapshot rebuilt.
+    cached_tokens: Mapping[str, float] = NO_CACHED
 
 
 class EngineSignals(NamedTuple):
@@ -119,14 +144,19 @@ class EndpointSnapshot(NamedTuple):
     output_price_per_1m: float = 0.0
     engine: EngineSignals | None = None
     latency: LatencyEstimate = _NO_ESTIMATE
+    cached_input_price_per_1m: float = 0.0  # prompt tokens read from a prompt cache
 
     @property
     def self_hosted(self) -> bool:
         return self.kind == "vllm"
 
-    def cost(self, prompt_tokens: int, output_tokens: int) -> float:
+    def cost(self, prompt_tokens: int, output_tokens: int, cached_tokens: float = 0.0) -> float:
+        """USD for the request, `cached_tokens` of its prompt at the cached input rate."""
+        cached = min(float(prompt_tokens), cached_tokens)
         return (
-            prompt_tokens * self.input_price_per_1m + output_tokens * self.output_price_per_1m
+            (prompt_tokens - cached) * self.input_price_per_1m
+            + cached * self.cached_input_price_per_1m
+            + output_tokens * self.output_price_per_1m
         ) / 1e6
 
 

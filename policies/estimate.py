@@ -5,13 +5,20 @@ Notation: P = the request's prompt tokens, N = its output tokens (max_tokens, el
 W, R, p = engine waiting (for capacity), running, preemptions/s (`age_s` old; engine_pressure.py).
 
 Model (seconds)
-    service   = a + b·P                                    prefill of this request
+    service   = a + b·(P − C)                              prefill of its uncached tokens
     wait      = queued · (a + b·P̄) · stretch               prefill work queued ahead of it
     ttft_mean = service + wait + Σ rate·penalty
-    ttft_p95  = u·(service + wait)·ttft_spread + wait·(1 − trust) + Σ min(1, rate/0.05)·penalty
+    ttft_p95  = u·(service + b·C·(1 − h) + wait)·ttft_spread + wait·(1 − trust)
+                + Σ min(1, rate/0.05)·penalty
     tpot_mean = w·(c + d·(I + 1)) + (1 − w)·t·(1 + running / tpot_double_running)
     tpot_p95  = u·tpot_mean·tpot_spread
     e2e_p95   = ttft_p95 + tpot_p95·N                      (used for deadline classes)
+
+Prefix cache: C = the request's `cached_tokens` for the endpoint, the tokens of this prompt
+predicted to be in the endpoint's prefix cache (gateway/core/prefix_index.py); the p95 counts
+on only h = `prefix_p95_hit_share` of them (a pessimistic hit). The store's fit is learned on
+uncached prompt tokens (the gateway records P − actual cached), so b is a slope per computed
+token and P̄ the typical uncached prefill of a queued request.
 
 Coefficients, each blended between the endpoint's statistics and a prior by warmth
     warmth    w = min(1, samples / min_samples); value = w·observed + (1 − w)·prior. An endpoint
@@ -58,7 +65,8 @@ A missing observation (no fit, no mean, no p95) counts as the prior's value.
 
 Parameters (`EstimateParams`, defaults)
     min_samples 10 · cold_uncertainty 3.0 · gauge_half_life_s 2.0 · default_output_tokens 256
-    mean_prompt_tokens 1000 · throttle_penalty_s 1.0 · error_penalty_s 0.5
+    mean_prompt_tokens 1000 · throttle_penalty_s 1.0 · error_penalty_s 0.5 ·
+    prefix_p95_hit_share 0.7
     priors.vllm    ttft_base_s 0.05, ttft_per_token_s 1e-4, tpot_s 0.02, ttft_spread 2.0,
                    tpot_spread 1.6, batch_slots 128, tpot_double_running 128
     priors.openai  ttft_base_s 0.5, ttft_per_token_s 2e-5, tpot_s 0.015, ttft_spread 2.5,
@@ -131,6 +139,7 @@ class Estimator:
         "_kind_priors",
         "_mean_prompt_tokens",
         "_min_samples",
+        "_miss_p95",
         "_throttle_penalty_s",
         "default_output_tokens",
         "params",
@@ -142,6 +151,7 @@ class Estimator:
         self._min_samples = params.min_samples
         self._half_life_s = params.gauge_half_life_s
         self._mean_prompt_tokens = params.mean_prompt_tokens
+        self._miss_p95 = 1.0 - params.prefix_p95_hit_share
         self._throttle_penalty_s = params.throttle_penalty_s
         self._error_penalty_s = params.error_penalty_s
         self._extra_uncertainty = params.cold_uncertainty - 1.0
@@ -176,7 +186,8 @@ class Estimator:
         # the interpreter's fast path, float·int is not
         prompt_tokens = float(request.prompt_tokens)
         output_tokens = request.max_tokens or self.default_output_tokens
-        half_life_s, fits = self._half_life_s, self._fits
+        half_life_s, fits, miss_p95 = self._half_life_s, self._fits, self._miss_p95
+        cached_of = request.cached_tokens.get if request.cached_tokens else None
         rows: list[PredictionRow] = []
         append = rows.append
         for snapshot in snapshots:
@@ -210,7 +221,8 @@ class Estimator:
             wait_s = queued * mean_service_s
             if preempting:  # the queue drains slower (policies/engine_pressure.py)
                 wait_s *= recompute_stretch(trust * preempting, mean_service_s)
-            ahead_s = a + b * prompt_tokens + wait_s
+            cached = cached_of(snapshot.endpoint_id, 0.0) if cached_of else 0.0
+            ahead_s = a + b * (prompt_tokens - cached) + wait_s
             tpot_s = math.nan
             if tpot:
                 # A known batch size is the better guess: a full batch about doubles an idle TPOT.
@@ -223,7 +235,8 @@ class Estimator:
                     tpot_s += warmth * (tpot_base_s + tpot_slope_s * (in_flight + 1) - tpot_s)
             append((
                 ahead_s + penalty_mean_s,
-                ahead_s * ttft_scale + wait_s * (1.0 - trust) + penalty_p95_s,
+                (ahead_s + b * cached * miss_p95) * ttft_scale + wait_s * (1.0 - trust)
+                + penalty_p95_s,
                 tpot_s,
                 tpot_s * tpot_scale,
                 output_tokens,

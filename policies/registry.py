@@ -6,7 +6,15 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from policies import cost_first, latency_ewma, least_loaded, power_of_two, round_robin, slo_aware
+from policies import (
+    cost_first,
+    latency_ewma,
+    least_loaded,
+    power_of_two,
+    prefix_only,
+    round_robin,
+    slo_aware,
+)
 from policies.base import RoutingPolicy
 
 POLICIES: dict[str, tuple[type[Any], type[Any]]] = {
@@ -16,6 +24,7 @@ POLICIES: dict[str, tuple[type[Any], type[Any]]] = {
     latency_ewma.LatencyEwma.name: (latency_ewma.Params, latency_ewma.LatencyEwma),
     cost_first.CostFirst.name: (cost_first.Params, cost_first.CostFirst),
     slo_aware.SloAware.name: (slo_aware.Params, slo_aware.SloAware),
+    prefix_only.PrefixOnly.name: (prefix_only.Params, prefix_only.PrefixOnly),
 }
 
 PolicyParams = Annotated[
@@ -24,7 +33,8 @@ PolicyParams = Annotated[
     | power_of_two.Params
     | latency_ewma.Params
     | cost_first.Params
-    | slo_aware.Params,
+    | slo_aware.Params
+    | prefix_only.Params,
     Field(discriminator="name"),
 ]
 

@@ -11,8 +11,20 @@ Method
    units compare; +inf when the class sets no target.
 3. Each endpoint falls in one of three tiers, and the ranking takes them in this order:
    - meets: headroom ≥ 0. Cheapest for this request first (prompt and N tokens at the
-     endpoint's prices), self-hosted (kind vllm) before hosted at equal cost, then the most
-     headroom, then the lowest predicted p95 TTFT.
+     endpoint's prices, the prompt tokens predicted cached at its cached rate), self-hosted
+     (kind vllm) before hosted at equal cost, then the most headroom in bands of `band`
+     (p95/target rounded down to a multiple of it), then the least uncached prompt (in
+     tenths of it: a cache holder keeps its prefix within the band), then the least
+     utilised (in-flight over max_concurrency, or in-flight alone), then the most headroom.
+     Equal endpoints thus share load: the model's TTFT does not grow with in-flight requests
+     below a batch's slots, so without bands the one whose fit is a little better takes
+     nearly all (16/84 for two identical engines under 64 connections). A predicted hit is
+     worth its seconds: across bands it counts only as b·C in the p95. With
+     `session_affinity`, a request naming a session (`RouteRequest.session`) for which no
+     endpoint holds anything yet (its first turn) takes, in place of the uncached tenths, its
+     rendezvous rank (crc32 of session and endpoint): every replica places a new
+     conversation on the same endpoint within the band, so their indexes agree; it never
+     moves an endpoint across bands, so it never overrides load.
    - unproven: misses at the cautious p95 but meets at the optimistic one (p95 / u²): a cold
      endpoint whose prior is too thin to judge. Least utilised first (in-flight leases over
      max_concurrency, or in-flight alone without one), then the cheapest. Without evidence
@@ -31,19 +43,24 @@ Method
    the estimate's `min_samples`), drawn uniformly, goes first, so endpoints whose priors look
    slow still get measured. Randomness comes only from the injected rng.
 
-Parameters: `explore_fraction` (0..1, default 0.02) and `estimate` (see `policies.estimate`).
+Parameters: `explore_fraction` (0..1, default 0.02), `band` (0..1, default 0.2; 0: no bands,
+the most headroom first), `session_affinity` (default true), `prefix_aware` (default true:
+predictions count the request's predicted cached tokens; false ignores them, a baseline) and
+`estimate` (see `policies.estimate`).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import zlib
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies.base import EndpointSnapshot, Ranking, RouteRequest, SloTarget
+from policies.base import NO_CACHED, EndpointSnapshot, Ranking, RouteRequest, SloTarget
 from policies.estimate import EstimateParams, Estimator, Prediction, PredictionRow
 
 
@@ -51,6 +68,9 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: Literal["slo_aware"] = "slo_aware"
     explore_fraction: float = Field(default=0.02, ge=0, le=1)
+    prefix_aware: bool = True  # False: predictions ignore the prefix index (a baseline)
+    band: float = Field(default=0.2, ge=0, le=1)
+    session_affinity: bool = True  # a session's first turn by rendezvous hashing (see 3.)
     estimate: EstimateParams = EstimateParams()
 
 
@@ -87,16 +107,22 @@ class SloAware:
         self.params = params
         self.estimator = Estimator(params.estimate)
         self._explore_fraction = params.explore_fraction  # a plain attribute reads faster
+        self._prefix_aware = params.prefix_aware
+        self._band = params.band
+        self._affinity = params.session_affinity
 
     def rank(
         self, request: RouteRequest, candidates: Sequence[EndpointSnapshot], rng: random.Random
     ) -> Ranking:
         if not candidates:
             return Ranking(endpoints=())
+        if request.cached_tokens and not self._prefix_aware:
+            request = replace(request, cached_tokens=NO_CACHED)
         slo = request.slo
         tpot = slo.tpot_s is not None or slo.deadline_s is not None  # else TTFT alone decides
         rows = self.estimator.predict_rows(request, candidates, tpot)
-        tiers = _tiers(request, candidates, rows, rng)
+        home = self._affinity and request.session is not None and not request.cached_tokens
+        tiers = _tiers(request, candidates, rows, rng, self._band, home)
         for keys in tiers:
             keys.sort()
         order = [key[-1] for keys in tiers for key in keys]
@@ -130,9 +156,10 @@ OUTPUT_TOKENS = Prediction._fields.index("output_tokens")
 
 
 # Sort keys per tier, each ending in a random tie and the candidate's index (unique, so ties
-# never compare further). Meets: cost, hosted, p95/target, ttft p95; unproven: utilisation,
-# cost; misses: p95/target, ttft p95.
-MeetsKey = tuple[float, float, float, float, float, int]
+# never compare further). Meets: cost, hosted, p95/target band, uncached tenths,
+# utilisation, p95/target;
+# unproven: utilisation, cost; misses: p95/target, ttft p95.
+MeetsKey = tuple[float, float, float, float, float, float, float, int]
 OtherKey = tuple[float, float, float, int]
 
 
@@ -141,6 +168,8 @@ def _tiers(
     candidates: Sequence[EndpointSnapshot],
     rows: Sequence[PredictionRow],
     rng: random.Random,
+    band_width: float,
+    home: bool = False,
 ) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
     """Each candidate's sort key, in its tier's list: plain tuples sort fastest, and tiers
     sorted apart compare shorter keys. Headroom is 1 − the largest p95/target ratio, inlined:
@@ -151,6 +180,8 @@ def _tiers(
     prompt_tokens = float(request.prompt_tokens)
     output_tokens = float(rows[0][OUTPUT_TOKENS])  # the same for every candidate
     tie = rng.random
+    cached_of = request.cached_tokens.get if request.cached_tokens else None
+    tenth = 0.1 * prompt_tokens + 1.0  # the uncached prompt is ranked in tenths of it
     meets: list[MeetsKey] = []
     unproven: list[OtherKey] = []
     misses: list[OtherKey] = []
@@ -168,16 +199,32 @@ def _tiers(
         if not ratio <= uncertainty * uncertainty:  # not even at the optimistic p95 (u ≥ 1)
             misses.append((ratio, ttft_p95_s, tie(), index))
             continue
-        # EndpointSnapshot.cost × 1e6, inlined
-        cost = prompt_tokens * snapshot.input_price_per_1m + (
-            output_tokens * snapshot.output_price_per_1m
+        # EndpointSnapshot.cost × 1e6, inlined (cached tokens at the cached input rate)
+        cached = cached_of(snapshot.endpoint_id, 0.0) if cached_of else 0.0
+        cost = (
+            (prompt_tokens - cached) * snapshot.input_price_per_1m
+            + cached * snapshot.cached_input_price_per_1m
+            + output_tokens * snapshot.output_price_per_1m
         )
         if ratio <= 1.0:
             hosted = 0.0 if snapshot.kind == "vllm" else 1.0
-            meets.append((cost, hosted, ratio, ttft_p95_s, tie(), index))
+            # within a band of the SLO: the least uncached prompt (in tenths of it), then the
+            # least utilised; equal endpoints share load, a cache holder keeps its prefix
+            band = ratio // band_width if band_width else ratio
+            missed = (prompt_tokens - cached) // tenth
+            limit = snapshot.max_concurrency  # `utilisation`, inlined
+            used = snapshot.in_flight / limit if limit else float(snapshot.in_flight)
+            if home:  # rendezvous: the same endpoint for the session on every replica
+                missed = rendezvous(request.session or "", snapshot.endpoint_id)
+            meets.append((cost, hosted, band, missed, used, ratio, tie(), index))
         else:
             unproven.append((utilisation(snapshot), cost, tie(), index))
     return meets, unproven, misses
+
+
+def rendezvous(session: str, endpoint_id: str) -> float:
+    """The session's rendezvous rank of an endpoint (lowest first), the same on every replica."""
+    return -float(zlib.crc32(f"{session}\x00{endpoint_id}".encode()))
 
 
 def utilisation(snapshot: EndpointSnapshot) -> float:

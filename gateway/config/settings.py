@@ -48,7 +48,9 @@ class Price(_Strict):
     input_per_1m: float = Field(0.0, ge=0)
     output_per_1m: float = Field(0.0, ge=0)
     cached_input_per_1m: float | None = Field(
-        None, ge=0, description="price of prompt tokens read from a prompt cache; input_per_1m if unset"
+        None,
+        ge=0,
+        description="price of prompt tokens read from a prompt cache; input_per_1m if unset",
     )
 
     @property

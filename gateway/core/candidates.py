@@ -66,6 +66,7 @@ def snapshot(
         price.output_per_1m,
         signals(endpoint.id),
         stats.latency,
+        price.cached_input_rate,
     )
 
 

@@ -98,7 +98,9 @@ class Outcomes:
             at_s=now,
             ok=result.outcome != "upstream_error",
             status=result.status,
-            prompt_tokens=result.prompt_tokens,
+            # the fit learns TTFT per computed prompt token: cache hits are not computed, and
+            # counting them would bias its slope low (policies/estimate.py)
+            prompt_tokens=result.prompt_tokens - (result.cached_tokens or 0),
             output_tokens=result.output_tokens,
             ttft_s=result.ttft_s,
             tpot_s=result.tpot_s,

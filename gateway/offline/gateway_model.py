@@ -35,6 +35,10 @@ from gateway.core.admission_control import AdmissionControl
 from gateway.core.candidates import candidate_snapshots, only_candidates
 from gateway.core.failover import answered_with_error
 from gateway.core.outcomes import Outcomes
+from gateway.core.prefix_chain import PrefixChain, chain_of
+from gateway.core.prefix_index import PrefixIndex
+from gateway.core.prefix_lookup import DEFAULT_OUTPUT_TOKENS, with_cached
+from gateway.core.prefix_lookup import routed as prefix_routed
 from gateway.errors import AttemptFailed
 from gateway.offline.members import Refusal
 from gateway.offline.scenario import Scenario
@@ -112,6 +116,8 @@ class GatewayModel:
         )
         self.policy = build_policy(config.policy)
         self.rng = random.Random(seed)
+        self.prefix = PrefixIndex()  # `Router.prefix`: fed only by plans with prompt text
+        self.chains: dict[str, PrefixChain] = {}  # request id -> its chain, while in flight
 
     def _clock(self) -> float:
         return self.now_s
@@ -159,8 +165,22 @@ class GatewayModel:
     # -- attempts ------------------------------------------------------------------------------
 
     def take(self, endpoint_id: str, route: RouteRequest) -> None:
-        """`Finisher.start`, with the footprint `Router._attempt` passes."""
+        """`Finisher.start`, with the footprint `Router._attempt` passes; then, as
+        `PrefixRouting.sent`, the index learns where the prompt went."""
         self.leases.take(endpoint_id, route.request_id, self.admission.footprint(route))
+        chain = self.chains.get(route.request_id)
+        if chain is not None:
+            uncached = route.prompt_tokens - route.cached_tokens.get(endpoint_id, 0.0)
+            written = uncached + (route.max_tokens or DEFAULT_OUTPUT_TOKENS)
+            engine = self.scrapes.signals(endpoint_id, self.now_s)
+            prefix_routed(self.prefix, engine, endpoint_id, chain, written, self.now_s)
+
+    def annotate(self, route: RouteRequest, body: Mapping[str, Any] | None) -> RouteRequest:
+        """`PrefixRouting.annotate`: the route with its predicted cached tokens per endpoint."""
+        if body is None:
+            return route
+        chain = self.chains[route.request_id] = chain_of(body)
+        return with_cached(route, self.prefix, chain)
 
     def classify(self, endpoint_id: str, refusal: Refusal, now_s: float) -> AttemptFailed:
         """The failure an error answer counts as, read as `gateway.upstream.client` reads it."""
@@ -184,7 +204,13 @@ class GatewayModel:
         `limit_headers`: a provider's rate-limit headers."""
         self.outcomes.finished(endpoint_id, route, result, limit_headers, now_s)
         self.admission.finished(route, now_s)
+        chain = self.chains.pop(route.request_id, None)
+        if chain is not None and result.cached_tokens is not None and result.outcome == "ok":
+            predicted = route.cached_tokens.get(endpoint_id, 0.0)
+            cached, prompt = result.cached_tokens, result.prompt_tokens
+            self.prefix.calibrate(endpoint_id, chain, predicted, cached, prompt, now_s)
 
     def request_done(self, route: RouteRequest, now_s: float) -> None:
         """`Admission.finished`: the tenant's concurrency slot goes back."""
         self.admission.finished(route, now_s)
+        self.chains.pop(route.request_id, None)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from gateway.offline.scenario import EngineSpec, ProviderSpec
 from gateway.sim.faults import FaultState
 from gateway.sim.model import EngineModel, EngineSnapshot, StepResult
+from gateway.sim.prompt_blocks import sequence_hashes
 from gateway.sim.provider import ProviderLatency, go_duration
 from gateway.sim.wire import error_body
 from gateway.watch.scraper import ScrapedState
@@ -83,8 +84,15 @@ class VirtualEngine:
             return CONTEXT_TOO_LONG
         return refusal
 
-    def submit(self, request_id: str, prompt_tokens: int, max_tokens: int) -> None:
-        self.model.submit(request_id, prompt_tokens, max_tokens)
+    def submit(
+        self, request_id: str, prompt_tokens: int, max_tokens: int, text: str | None = None
+    ) -> None:
+        """`text`: the rendered prompt (`gateway.sim.wire.prompt_text`), when the plan has
+        one: its blocks are hashed as the engine server hashes them, so it can hit."""
+        hashes: tuple[int, ...] = ()
+        if text is not None and self.params.enable_prefix_caching:
+            hashes = sequence_hashes(text, max_tokens, self.params.block_size)
+        self.model.submit(request_id, prompt_tokens, max_tokens, hashes)
 
     def step(self, now_s: float) -> float:
         """Start the next step; returns its duration (the result waits in `pending`)."""

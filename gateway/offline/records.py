@@ -42,6 +42,7 @@ class LoadRecord:
     ttft_s: float | None = None
     tpot_s: float | None = None
     e2e_s: float | None = None
+    cached_tokens: int = 0  # of the prompt, found in the engine's prefix cache
 
     @property
     def lateness_s(self) -> float:
@@ -87,6 +88,37 @@ def unserved(
     )
 
 
+def served(
+    planned: Planned,
+    request_id: str,
+    flight: tuple[str, int, int],
+    first_s: float,
+    now_s: float,
+    tpot_s: float | None,
+    cached_tokens: int | None,
+) -> LoadRecord:
+    """A request the simulator served: `flight` = (endpoint, attempts, output tokens)."""
+    endpoint, attempts, tokens = flight
+    return LoadRecord(
+        request_id=request_id,
+        tenant=planned.tenant,
+        slo_class=planned.slo_class,
+        arrival_s=planned.arrival_s,
+        start_s=planned.arrival_s,
+        status=200,
+        outcome="ok",
+        reason="",
+        endpoint=endpoint,
+        attempts=attempts,
+        prompt_tokens=planned.prompt_tokens,
+        output_tokens=tokens,
+        ttft_s=first_s - planned.arrival_s,
+        tpot_s=tpot_s,
+        e2e_s=now_s - planned.arrival_s,
+        cached_tokens=cached_tokens or 0,
+    )
+
+
 def classify(status: int, reason: str | None, completed: bool) -> Outcome:
     """The outcome of a request from its status, gateway reason header and stream end."""
     if status == 200 and completed:
@@ -102,8 +134,12 @@ _VALUES = attrgetter(*_FIELDS)
 
 def record_line(record: LoadRecord) -> str:
     """One JSONL line; `dataclasses.asdict` would cost several times more (it deep-copies each
-    value), and a run writes one line per request."""
-    return json.dumps(dict(zip(_FIELDS, _VALUES(record), strict=True))) + "\n"
+    value), and a run writes one line per request. `cached_tokens` only when some were: runs
+    without prefix reuse write the lines they always did."""
+    line = dict(zip(_FIELDS, _VALUES(record), strict=True))
+    if not record.cached_tokens:
+        del line["cached_tokens"]
+    return json.dumps(line) + "\n"
 
 
 def write_records(path: str | Path, records: Iterable[LoadRecord]) -> None:

@@ -15,6 +15,7 @@ generous where a noisy machine moves the numbers, exact where the gateway promis
     kv_ramp       a ramp that fills the engines' KV cache: admission acts before preemption
     smoke         a short mix for CI (generous thresholds)
     fleet20       the simulator benchmark: 16 engines and 4 providers, ~100k requests (offline)
+    sessions_slow, sessions_fast   prefix reuse: multi-turn chat sessions (prefix_scenarios.py)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.config.settings import SloClassConfig, TenantLimits
+from gateway.offline.prefix_scenarios import sessions_fast, sessions_slow
 from gateway.offline.scenario import (
     Check,
     EngineSpec,
@@ -363,4 +365,6 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "kv_ramp": kv_ramp,
     "smoke": smoke,
     "fleet20": fleet20,
+    "sessions_slow": sessions_slow,
+    "sessions_fast": sessions_fast,
 }

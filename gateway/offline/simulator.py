@@ -33,7 +33,7 @@ from gateway.core.admission_control import DISPATCH_TICK_S
 from gateway.errors import AttemptFailed, GatewayError, Rejected
 from gateway.offline.gateway_model import GatewayModel, Queued, offline_config
 from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider, scraped_state
-from gateway.offline.records import LoadRecord, unserved
+from gateway.offline.records import LoadRecord, served, unserved
 from gateway.offline.scenario import FaultEvent, Scenario
 from gateway.offline.trace import PlannedRequest
 from gateway.telemetry.record import Finished
@@ -53,6 +53,7 @@ class _Flight:
     sent_s: float = 0.0  # when the current attempt started
     first_s: float | None = None
     limit_headers: Mapping[str, str] | None = None  # a provider's, on its response
+    cached: int | None = None  # prompt tokens its engine found in its prefix cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,7 @@ class Simulator:
             stream=True,
             seq=next(self._seq),
         )
+        route = self.gateway.annotate(route, getattr(planned, "body", None))
         limited = self.gateway.tenant_check(route, now_s)
         if limited is not None:
             self._shed(index, route, limited, now_s)
@@ -238,7 +240,8 @@ class Simulator:
         if engine is not None:
             refusal = engine.refuse(route.prompt_tokens, output_tokens)
             if refusal is None:
-                engine.submit(route.request_id, route.prompt_tokens, output_tokens)
+                text = getattr(self.plan[flight.index], "text", None)
+                engine.submit(route.request_id, route.prompt_tokens, output_tokens, text)
                 self._flights[route.request_id] = flight
                 if not engine.stepping:
                     self._step(engine, now_s)
@@ -308,6 +311,9 @@ class Simulator:
         engine.stepping = False
         if result is not None:
             flights = self._flights
+            for request_id, cached in result.prefix_hits:
+                if (hit := flights.get(request_id)) is not None:
+                    hit.cached = cached
             for request_id, token in result.tokens_emitted:
                 if token == 0:
                     flights[request_id].first_s = now_s
@@ -326,22 +332,9 @@ class Simulator:
         tokens = route.max_tokens or 1
         tpot_s = (now_s - first_s) / (tokens - 1) if tokens > 1 else None
         self._observe(flight, now_s, "ok", 200, first_s=first_s, tpot_s=tpot_s)
-        self._records[flight.index] = LoadRecord(
-            request_id=route.request_id,
-            tenant=planned.tenant,
-            slo_class=planned.slo_class,
-            arrival_s=planned.arrival_s,
-            start_s=planned.arrival_s,
-            status=200,
-            outcome="ok",
-            reason="",
-            endpoint=flight.endpoint_id,
-            attempts=flight.attempt,
-            prompt_tokens=route.prompt_tokens,
-            output_tokens=tokens,
-            ttft_s=first_s - planned.arrival_s,
-            tpot_s=tpot_s,
-            e2e_s=now_s - planned.arrival_s,
+        where = (flight.endpoint_id, flight.attempt, tokens)
+        self._records[flight.index] = served(
+            planned, route.request_id, where, first_s, now_s, tpot_s, flight.cached
         )
 
     def _observe(
@@ -364,6 +357,7 @@ class Simulator:
             ttft_s=first_s - flight.sent_s if first_s is not None else None,
             tpot_s=tpot_s,
             e2e_s=now_s - flight.sent_s,
+            cached_tokens=flight.cached,
         )
         self.gateway.finished(flight.endpoint_id, route, result, flight.limit_headers, now_s)
 

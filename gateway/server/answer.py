@@ -22,6 +22,9 @@ def explain(
     }
     if ranking.reason:
         headers["x-slo-gateway-decision"] = ranking.reason
+    # the prefix index's prediction for the endpoint that answered (gateway/core/prefix_index.py)
+    cached = request.cached_tokens.get(endpoint_id, 0.0)
+    headers["x-slo-gateway-predicted-cached-tokens"] = f"{cached:.0f}"
     if ranking.predicted_ttft_s is not None:
         headers["x-slo-gateway-predicted-ttft-ms"] = f"{ranking.predicted_ttft_s * 1e3:.0f}"
         headers["x-slo-gateway-at-risk"] = "true" if ranking.at_risk else "false"

@@ -44,6 +44,11 @@ class DecisionLog:
             "policy": policy,
             "predicted_ttft_s": ranking.predicted_ttft_s,
             "predicted_ttft_p95_s": ranking.predicted_ttft_p95_s,
+            "predicted_cached_tokens": (
+                round(request.cached_tokens.get(ranking.endpoints[0].endpoint_id, 0.0))
+                if ranking.endpoints
+                else 0
+            ),
             "at_risk": ranking.at_risk,
             "reason": ranking.reason,
             "queued_s": round(waited_s, 4),

@@ -92,6 +92,7 @@ def stream_result(opened: Opened, watch: StreamGrammar, outcome: str, prompt: in
         ttft_s=watch.ttft_s,
         tpot_s=watch.tpot_s,
         e2e_s=time.perf_counter() - opened.started_s,
+        cached_tokens=watch.cached_tokens,
     )
 
 
@@ -106,4 +107,5 @@ def body_result(opened: Opened, facts: Facts, prompt: int) -> Finished:
         ttft_s=None,
         tpot_s=None,
         e2e_s=time.perf_counter() - opened.started_s,
+        cached_tokens=facts.cached_tokens,
     )

@@ -34,6 +34,7 @@ _WANTED = frozenset(
         b"x-slo-tpot-ms",
         b"anthropic-version",
         b"anthropic-beta",
+        b"x-session-id",
     }
 )
 
@@ -96,7 +97,15 @@ def route_request(
         max_tokens=max_tokens,
         stream=stream,
         seq=runtime.next_seq(),
+        session=session_of(headers, intake.body),
     )
+
+
+def session_of(headers: dict[bytes, str], body: dict[str, Any]) -> str | None:
+    """The conversation key a client gave: `x-session-id`, OpenAI's `prompt_cache_key`, or
+    `user`; it seeds where a conversation's first turn goes (policies/slo_aware.py)."""
+    found = headers.get(b"x-session-id") or body.get("prompt_cache_key") or body.get("user")
+    return found if isinstance(found, str) and found else None
 
 
 def _not_served(runtime: Runtime, model: str, api: Api) -> ModelNotFound:

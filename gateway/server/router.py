@@ -34,16 +34,18 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from gateway.config.settings import EndpointConfig, ServerConfig
 from gateway.core.candidates import candidate_snapshots, next_available_in_s, only_candidates
 from gateway.core.failover import backoff_s, final_error, gives_up
+from gateway.core.prefix_chain import EMPTY, PrefixChain
 from gateway.errors import AttemptFailed, NoEndpointAvailable
 from gateway.server.admission_queue import Admission
 from gateway.server.answer import STREAM_HEADERS, explain, raw_headers, send_whole
 from gateway.server.decision_log import DecisionLog
 from gateway.server.finisher import Finisher, body_result, stream_result
+from gateway.server.prefix_routing import PrefixRouting
 from gateway.server.response_owners import ResponseOwners
 from gateway.state.view import SharedView
 from gateway.telemetry import tracing
 from gateway.telemetry.metrics import Metrics
-from gateway.telemetry.record import RequestRecord
+from gateway.telemetry.record import Finished, RequestRecord
 from gateway.upstream.client import Opened, Upstream, UpstreamCall
 from gateway.upstream.departure import Departure
 from gateway.upstream.grammar import Facts, parse_whole, restamp_whole
@@ -63,6 +65,7 @@ class Routed:
     opened: Opened
     ranking: Ranking
     attempts: int
+    chain: PrefixChain = EMPTY  # the prompt's block hashes, for the prefix index
 
 
 class Router:
@@ -94,6 +97,7 @@ class Router:
         self.redactor = redactor
         self.rng = random.Random()
         self.decisions = DecisionLog()
+        self.prefix = PrefixRouting(scraper)
 
     async def handle(
         self,
@@ -104,11 +108,14 @@ class Router:
         send: Send,
     ) -> None:
         """Serve one request, start to end (the module's docstring lists the steps)."""
+        request, chain = self.prefix.annotate(request, call.body)
         record.route, record.tenant = request, request.tenant
         with tracing.span("admission"):
             await self.admission.admit_tenant(request)
         try:
             routed = await self._route(request, call, record, receive)
+            routed.chain = chain
+            self.prefix.sent(routed.opened.endpoint.id, request, chain)
         except ClientGone:
             await send({"type": "http.response.start", "status": 499, "headers": []})
             await send({"type": "http.response.body", "body": b""})
@@ -141,7 +148,8 @@ class Router:
         headers.update(call.reply_headers)
         watch = opened.watch
         if watch is None:  # a whole answer: not streamed, or an error status
-            await self._answer_whole(opened, request, call, record, headers, send)
+            result = await self._answer_whole(opened, request, call, record, headers, send)
+            self.prefix.answered(opened.endpoint.id, request, routed.chain, result)
             return
         if call.store and watch.response_id:
             await self.owners.remember(watch.response_id, opened.endpoint, call, request)
@@ -153,6 +161,7 @@ class Router:
         finally:
             result = stream_result(opened, watch, outcome, request.prompt_tokens)
             self.finisher.finish(opened, request, result, record)
+            self.prefix.answered(opened.endpoint.id, request, routed.chain, result)
         if call.store and watch.response_id:  # again, with the tokens it took
             await self.owners.remember(watch.response_id, opened.endpoint, call, request, result)
 
@@ -164,7 +173,7 @@ class Router:
         record: RequestRecord,
         headers: dict[str, str],
         send: Send,
-    ) -> None:
+    ) -> Finished:
         whole = parse_whole(opened.first) if opened.status < 300 else None
         facts = call.grammar.facts(whole) if whole is not None else Facts()
         result = body_result(opened, facts, request.prompt_tokens)
@@ -175,6 +184,7 @@ class Router:
         if call.store and facts.response_id:
             await self.owners.remember(facts.response_id, opened.endpoint, call, request, result)
         await send_whole(send, opened.status, headers, body)
+        return result
 
     def snapshots(self, model: str, call: UpstreamCall | None = None) -> list[EndpointSnapshot]:
         """One immutable snapshot per endpoint of `model` that is in rotation now, serving the

@@ -30,6 +30,7 @@ class Finished:
     ttft_s: float | None
     tpot_s: float | None
     e2e_s: float
+    cached_tokens: int | None = None  # of the prompt, found in the upstream's prompt cache
 
 
 @dataclass(slots=True)

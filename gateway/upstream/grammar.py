@@ -42,6 +42,7 @@ class Facts(NamedTuple):
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     response_id: str | None = None  # a stored response's id (Responses only)
+    cached_tokens: int | None = None  # of the prompt, read from the upstream's prompt cache
 
 
 class StreamGrammar(Protocol):
@@ -66,6 +67,9 @@ class StreamGrammar(Protocol):
 
     @property
     def prompt_tokens(self) -> int | None: ...
+
+    @property
+    def cached_tokens(self) -> int | None: ...
 
     @property
     def output_tokens(self) -> int: ...
@@ -106,6 +110,7 @@ class EventWatch:
     content_events: int = 0
     reported_prompt_tokens: int | None = None
     reported_output_tokens: int | None = None
+    reported_cached_tokens: int | None = None
     done: bool = False
     upstream_error: bool = False
     error_status: int = 0  # what the upstream's error event stands for, as an HTTP status
@@ -131,6 +136,10 @@ class EventWatch:
     @property
     def prompt_tokens(self) -> int | None:
         return self.reported_prompt_tokens
+
+    @property
+    def cached_tokens(self) -> int | None:
+        return self.reported_cached_tokens
 
     @property
     def output_tokens(self) -> int:
@@ -241,6 +250,17 @@ def dumps(payload: Mapping[str, Any]) -> bytes:
 
 def number(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def cached_tokens(usage: Mapping[str, Any]) -> int | None:
+    """Prompt tokens read from a prompt cache, as each API reports them: chat and completions
+    `prompt_tokens_details.cached_tokens` (vLLM with --enable-prompt-tokens-details, OpenAI),
+    Responses `input_tokens_details.cached_tokens`, Messages `cache_read_input_tokens`."""
+    for key in ("prompt_tokens_details", "input_tokens_details"):
+        details = usage.get(key)
+        if isinstance(details, dict):
+            return number(details.get("cached_tokens"))
+    return number(usage.get("cache_read_input_tokens"))
 
 
 def _whole(event: bytes) -> bool:

@@ -27,6 +27,7 @@ from gateway.upstream.grammar import (
     EventWatch,
     Facts,
     Grammar,
+    cached_tokens,
     data_of,
     frame,
     joined,
@@ -109,6 +110,7 @@ class MessagesWatch(EventWatch):
         prompt = prompt_tokens(usage)
         if prompt:
             self.reported_prompt_tokens = prompt
+            self.reported_cached_tokens = cached_tokens(usage)
         output = number(usage.get("output_tokens"))
         if output is not None:
             self.reported_output_tokens = output
@@ -143,7 +145,8 @@ def messages_facts(body: Mapping[str, Any]) -> Facts:
     usage = body.get("usage")
     if not isinstance(usage, dict):
         return Facts()
-    return Facts(prompt_tokens(usage), number(usage.get("output_tokens")))
+    output = number(usage.get("output_tokens"))
+    return Facts(prompt_tokens(usage), output, None, cached_tokens(usage))
 
 
 MESSAGES = Grammar("messages", MessagesWatch, messages_facts)

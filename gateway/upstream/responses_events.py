@@ -28,6 +28,7 @@ from gateway.upstream.grammar import (
     EventWatch,
     Facts,
     Grammar,
+    cached_tokens,
     data_of,
     frame,
     joined,
@@ -107,6 +108,7 @@ class ResponsesWatch(EventWatch):
         facts = responses_facts(response)
         self.reported_prompt_tokens = facts.prompt_tokens
         self.reported_output_tokens = facts.output_tokens
+        self.reported_cached_tokens = facts.cached_tokens
         if kind == "response.failed":
             error = response.get("error")
             self._error(error.get("code") if isinstance(error, dict) else None)
@@ -165,7 +167,8 @@ def responses_facts(body: Mapping[str, Any]) -> Facts:
     response_id = body.get("id") if isinstance(body.get("id"), str) else None
     if not isinstance(usage, dict):
         return Facts(response_id=response_id)
-    return Facts(number(usage.get("input_tokens")), number(usage.get("output_tokens")), response_id)
+    prompt, output = number(usage.get("input_tokens")), number(usage.get("output_tokens"))
+    return Facts(prompt, output, response_id, cached_tokens(usage))
 
 
 RESPONSES = Grammar("responses", ResponsesWatch, responses_facts)

@@ -22,6 +22,7 @@ from gateway.upstream.grammar import (
     EventWatch,
     Facts,
     Grammar,
+    cached_tokens,
     dumps,
     dumps_value,
     joined,
@@ -82,6 +83,7 @@ class StreamWatch(EventWatch):
             self.usage = body["usage"]
             self.reported_prompt_tokens = number(self.usage.get("prompt_tokens"))
             self.reported_output_tokens = number(self.usage.get("completion_tokens"))
+            self.reported_cached_tokens = cached_tokens(self.usage)
         if "error" in body:
             self.upstream_error = True
         if _has_content(body):
@@ -140,7 +142,8 @@ def chat_facts(body: Mapping[str, Any]) -> Facts:
     usage = body.get("usage")
     if not isinstance(usage, dict):
         return Facts()
-    return Facts(number(usage.get("prompt_tokens")), number(usage.get("completion_tokens")))
+    prompt, output = number(usage.get("prompt_tokens")), number(usage.get("completion_tokens"))
+    return Facts(prompt, output, None, cached_tokens(usage))
 
 
 CHAT = Grammar("chat", StreamWatch, chat_facts)

@@ -1,0 +1,84 @@
+"""Prediction with the prefix cache: TTFT charges uncached tokens; the fit learns on them."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from types import SimpleNamespace
+from typing import Any
+
+from gateway.core.outcomes import Outcomes
+from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.store import LatencySample
+from gateway.telemetry.record import Finished
+from policies.base import EndpointSnapshot, LatencyEstimate, RouteRequest, SloTarget
+from policies.estimate import EstimateParams, Estimator
+from policies.slo_aware import Params, SloAware
+
+WARM = LatencyEstimate(samples=100, ttft_mean_s=0.3, ttft_base_s=0.05, ttft_per_token_s=2e-4)
+A, B = 0.05, 2e-4  # the engine's true TTFT: a + b · uncached tokens
+
+
+def request(prompt: int, cached: dict[str, float] | None = None) -> RouteRequest:
+    slo = SloTarget("chat", ttft_s=1.0)
+    return RouteRequest("r", "m", "t", slo, prompt, cached_tokens=cached or {})
+
+
+def test_ttft_charges_only_uncached_tokens_and_the_p95_is_pessimistic() -> None:
+    estimator = Estimator(EstimateParams())
+    snapshot = EndpointSnapshot("e", "vllm", latency=WARM)
+    cold = estimator.predict(request(4000), snapshot)
+    warm = estimator.predict(request(4000, {"e": 3000.0}), snapshot)
+    assert abs(cold.ttft_mean_s - warm.ttft_mean_s - B * 3000) < 1e-9
+    hit_share = EstimateParams().prefix_p95_hit_share
+    ratio = (cold.ttft_p95_s - warm.ttft_p95_s) / (cold.ttft_mean_s - warm.ttft_mean_s)
+    spread = cold.ttft_p95_s / cold.ttft_mean_s
+    assert abs(ratio - hit_share * spread) < 1e-6  # the p95 counts on h of the hit only
+
+
+def test_hosted_cached_input_is_priced_at_the_cached_rate() -> None:
+    snapshot = EndpointSnapshot(
+        "p", "openai", input_price_per_1m=2.0, cached_input_price_per_1m=0.5
+    )
+    assert snapshot.cost(1_000_000, 0) == 2.0
+    assert snapshot.cost(1_000_000, 0, cached_tokens=800_000) == 0.2 * 2.0 + 0.8 * 0.5
+    policy = SloAware(Params(explore_fraction=0))
+    dear = EndpointSnapshot("dear", "openai", input_price_per_1m=1.0, latency=WARM)
+    cached = snapshot._replace(latency=WARM)
+    ranking = policy.rank(request(8000, {"p": 8000.0}), [dear, cached], random.Random(1))
+    assert ranking.endpoints[0].endpoint_id == "p"  # dearer list price, cheaper with its cache
+
+
+def observed_slope(record_uncached: bool) -> float:
+    """The store's TTFT slope after a mix of cold and warm requests on one engine."""
+    store = MemoryStatsStore()
+    rng = random.Random(3)
+    for i in range(200):
+        prompt = rng.randint(500, 4000)
+        cached = rng.choice([0, prompt - 200])
+        ttft = A + B * (prompt - cached)
+        recorded = prompt - cached if record_uncached else prompt
+        sample = LatencySample(200.0 + i * 0.1, True, 200, recorded, 10, ttft, 0.02, ttft + 0.2)
+        asyncio.run(store.observe("e", sample))
+    stats = asyncio.run(store.read(["e"], now=221.0))["e"]
+    assert stats.latency.ttft_per_token_s is not None
+    return stats.latency.ttft_per_token_s
+
+
+def test_fit_on_uncached_tokens_is_not_biased_by_hits() -> None:
+    assert abs(observed_slope(record_uncached=True) - B) / B < 0.05
+    assert observed_slope(record_uncached=False) < 0.6 * B  # what counting hits would learn
+
+
+def test_outcomes_record_uncached_prompt_tokens() -> None:
+    store = MemoryStatsStore()
+    seen: list[Any] = []
+    healthy = SimpleNamespace(breaker=SimpleNamespace(failures=0))
+    view = SimpleNamespace(store=store, stats=lambda _: healthy)
+    leases = SimpleNamespace(in_flight_when_taken=lambda *_: 1, drop=lambda *_: None)
+    outcomes = Outcomes(leases, None, None, view, seen.append)  # type: ignore[arg-type]
+    result = Finished("ok", 200, 4000, 10, 0.3, 0.02, 0.5, cached_tokens=3000)
+    outcomes.finished("e", request(4000), result, None, now=100.0)
+    asyncio.run(seen[0])
+    stats = asyncio.run(store.read(["e"], now=100.0))["e"]
+    assert stats.latency.prompt_tokens_mean == 1000
