@@ -15,6 +15,7 @@ generous where a noisy machine moves the numbers, exact where the gateway promis
     kv_ramp       a ramp that fills the engines' KV cache: admission acts before preemption
     smoke         a short mix for CI (generous thresholds)
     fleet20       the simulator benchmark: 16 engines and 4 providers, ~100k requests (offline)
+    reaction      a 2.5x burst, then an engine slowed 3x (gateway/offline/reaction_scenarios.py)
 """
 
 from __future__ import annotations
@@ -353,6 +354,13 @@ def fleet20() -> Scenario:
     )
 
 
+def reaction() -> Scenario:
+    """Imported when built: its module reuses this one's fleet helpers."""
+    from gateway.offline.reaction_scenarios import reaction as build
+
+    return build()
+
+
 SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "chat": chat,
     "rag": rag,
@@ -363,4 +371,6 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "kv_ramp": kv_ramp,
     "smoke": smoke,
     "fleet20": fleet20,
+    "reaction": reaction,
 }
+
