@@ -8,8 +8,9 @@ The scenario is `reaction` (gateway/offline/reaction_scenarios.py), loaded from 
 tree without it (main, before this change) is measured on the same workload. For each run:
     last_to_slowed_s  the last interactive request *sent* to the slowed engine after the slowdown,
                       minus the slowdown time (0 when none was sent after it)
-    attainment        per phase (steady, burst, after_slowdown): the share of interactive requests
-                      arriving in the phase that succeeded and met every target of the class
+    sent_after        how many interactive requests were sent to it after the slowdown
+    attainment        per phase (`PHASES` of the scenario module): the share of interactive
+                      requests arriving in the phase that succeeded and met every target
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from gateway.offline.records import LoadRecord, read_records
 from gateway.offline.report import meets_slo
 from gateway.offline.simulator import Simulator
 
+COUNTS = ("last_to_slowed_s", "sent_after")
 SCENARIO_FILE = Path(__file__).parent.parent / "gateway" / "offline" / "reaction_scenarios.py"
 
 
@@ -49,7 +51,7 @@ def measure(records: Sequence[LoadRecord], module: ModuleType) -> dict[str, floa
         for r in interactive
         if r.endpoint == module.SLOWED and r.start_s - start >= module.SLOWDOWN_AT_S
     ]
-    found: dict[str, float] = {"last_to_slowed_s": max(after, default=0.0), "sent_after": len(after)}
+    found = {"last_to_slowed_s": max(after, default=0.0), "sent_after": float(len(after))}
     for phase, spans in module.PHASES.items():
         inside = [r for r in interactive if any(a <= r.arrival_s < b for a, b in spans)]
         met = sum(meets_slo(r, target) for r in inside)
@@ -65,11 +67,10 @@ def offline(seed: int, policy: str, module: ModuleType) -> dict[str, float]:
 
 
 def table(rows: dict[str, dict[str, float]]) -> str:
-    names = ["last_to_slowed_s", "sent_after", "steady", "burst", "after_slowdown"]
+    names = list(next(iter(rows.values())))
     lines = ["| run | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for run, row in rows.items():
-        cells = [f"{row[n]:.1%}" if n in ("steady", "burst", "after_slowdown") else f"{row[n]:.2f}"
-                 for n in names]
+        cells = [f"{row[n]:.2f}" if n in COUNTS else f"{row[n]:.1%}" for n in names]
         lines.append(f"| {run} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -90,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for seed in args.seeds:
             rows[f"seed {seed}"] = offline(seed, args.policy, module)
     if len(rows) > 1:
-        rows["mean"] = {k: statistics.fmean(r[k] for r in rows.values()) for k in next(iter(rows.values()))}
+        names = next(iter(rows.values()))
+        rows["mean"] = {k: statistics.fmean(r[k] for r in rows.values()) for k in names}
     out: Any = rows if args.json else table(rows)
     sys.stdout.write((json.dumps(out, indent=1) if args.json else out) + "\n")
 

@@ -73,6 +73,27 @@ class EngineSignals(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class FastWindow:
+    """Plain sums of an endpoint's last few seconds (policies/step_change.py): first tokens
+    and running streams' TPOT stretches (weighted by their tokens)."""
+
+    ttft_n: float = 0.0
+    ttft_sum_s: float = 0.0
+    tpot_n: float = 0.0
+    tpot_sum_s: float = 0.0
+    prompt_tokens_sum: float = 0.0  # of the first tokens' requests
+    in_flight_sum: float = 0.0  # of the stretches, by the same weights as tpot_n
+
+    @property
+    def ttft_mean_s(self) -> float | None:
+        return self.ttft_sum_s / self.ttft_n if self.ttft_n > 0 else None
+
+    @property
+    def tpot_mean_s(self) -> float | None:
+        return self.tpot_sum_s / self.tpot_n if self.tpot_n > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
 class LatencyEstimate:
     """Rolling per-endpoint statistics over the store's window, merged across replicas.
 
@@ -97,6 +118,12 @@ class LatencyEstimate:
     tpot_p95_s: float | None = None
     e2e_mean_s: float | None = None
     prompt_tokens_mean: float | None = None  # of the window's requests, None when unknown
+    # The last few seconds (policies/step_change.py), and a step detected against the window
+    # (ratio 1.0: none), which the statistics above then carry.
+    fast: FastWindow | None = None
+    step_ratio: float = 1.0
+    step_signal: str = ""  # "tpot" or "ttft": what showed the step
+    step_at_s: float | None = None  # when it was seen (unix s)
 
     @property
     def error_rate(self) -> float:

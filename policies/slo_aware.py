@@ -51,6 +51,7 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: Literal["slo_aware"] = "slo_aware"
     explore_fraction: float = Field(default=0.02, ge=0, le=1)
+    spill_margin: float = Field(default=0.15, ge=0, lt=1)
     estimate: EstimateParams = EstimateParams()
 
 
@@ -87,6 +88,7 @@ class SloAware:
         self.params = params
         self.estimator = Estimator(params.estimate)
         self._explore_fraction = params.explore_fraction  # a plain attribute reads faster
+        self._comfort = 1.0 - params.spill_margin
 
     def rank(
         self, request: RouteRequest, candidates: Sequence[EndpointSnapshot], rng: random.Random
@@ -96,7 +98,7 @@ class SloAware:
         slo = request.slo
         tpot = slo.tpot_s is not None or slo.deadline_s is not None  # else TTFT alone decides
         rows = self.estimator.predict_rows(request, candidates, tpot)
-        tiers = _tiers(request, candidates, rows, rng)
+        tiers = _tiers(request, candidates, rows, rng, self._comfort)
         for keys in tiers:
             keys.sort()
         order = [key[-1] for keys in tiers for key in keys]
@@ -132,7 +134,7 @@ OUTPUT_TOKENS = Prediction._fields.index("output_tokens")
 # Sort keys per tier, each ending in a random tie and the candidate's index (unique, so ties
 # never compare further). Meets: cost, hosted, p95/target, ttft p95; unproven: utilisation,
 # cost; misses: p95/target, ttft p95.
-MeetsKey = tuple[float, float, float, float, float, int]
+MeetsKey = tuple[float, float, float, float, float, float, int]
 OtherKey = tuple[float, float, float, int]
 
 
@@ -141,6 +143,7 @@ def _tiers(
     candidates: Sequence[EndpointSnapshot],
     rows: Sequence[PredictionRow],
     rng: random.Random,
+    comfort: float = 1.0,
 ) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
     """Each candidate's sort key, in its tier's list: plain tuples sort fastest, and tiers
     sorted apart compare shorter keys. Headroom is 1 − the largest p95/target ratio, inlined:
@@ -174,7 +177,8 @@ def _tiers(
         )
         if ratio <= 1.0:
             hosted = 0.0 if snapshot.kind == "vllm" else 1.0
-            meets.append((cost, hosted, ratio, ttft_p95_s, tie(), index))
+            tight = 1.0 if ratio > comfort else 0.0
+            meets.append((tight, cost, hosted, ratio, ttft_p95_s, tie(), index))
         else:
             unproven.append((utilisation(snapshot), cost, tie(), index))
     return meets, unproven, misses

@@ -35,6 +35,7 @@ from gateway.core.admission_control import AdmissionControl
 from gateway.core.candidates import candidate_snapshots, only_candidates
 from gateway.core.failover import answered_with_error
 from gateway.core.outcomes import Outcomes
+from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed
 from gateway.offline.members import Refusal
 from gateway.offline.scenario import Scenario
@@ -172,6 +173,27 @@ class GatewayModel:
     ) -> None:
         self.outcomes.failed_attempt(endpoint_id, route, failure, now_s)
 
+    def streamed(
+        self,
+        endpoint_id: str,
+        route: RouteRequest,
+        progress: StreamProgress,
+        tokens: int,
+        ttft_s: float,
+        now_s: float,
+    ) -> None:
+        """`Finisher.streamed`: an engine delivered a stream's token number `tokens` now
+        (`ttft_s` after the attempt was sent). The due check is inlined here, as this runs per
+        token and most tokens report nothing."""
+        if (
+            progress.started
+            and tokens - progress.mark_tokens < progress.every_tokens
+            and now_s - progress.mark_s < progress.every_s
+        ):
+            progress.tokens, progress.last_s = tokens, now_s
+            return
+        self.outcomes.streamed(endpoint_id, route, progress, tokens, ttft_s, now_s, now_s)
+
     def finished(
         self,
         endpoint_id: str,
@@ -179,10 +201,11 @@ class GatewayModel:
         result: Finished,
         limit_headers: Mapping[str, str] | None,
         now_s: float,
+        progress: StreamProgress | None = None,
     ) -> None:
         """`Finisher.finish`, then `Router.handle`'s end: the tenant's concurrency slot goes back.
-        `limit_headers`: a provider's rate-limit headers."""
-        self.outcomes.finished(endpoint_id, route, result, limit_headers, now_s)
+        `limit_headers`: a provider's rate-limit headers; `progress`: an engine stream's."""
+        self.outcomes.finished(endpoint_id, route, result, limit_headers, now_s, progress)
         self.admission.finished(route, now_s)
 
     def request_done(self, route: RouteRequest, now_s: float) -> None:

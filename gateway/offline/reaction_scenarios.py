@@ -3,9 +3,11 @@
     reaction   three engines (fast, mid, slow) and two providers; interactive chat at 6 req/s
                with a 2.5x burst from 12 s to 20 s, and `vllm-a`, the engine that takes most
                interactive traffic, slowed 3x (`slowdown` fault) from 28 s to the end
-Phases (`PHASES`, for `benchmarks/reaction.py`): steady [0, 12) and [20, 28), burst [12, 20),
-after the slowdown [28, 44). The time from the slowdown to the last interactive request sent to
-the slowed engine says how long the gateway kept trusting stale statistics.
+Phases by arrival (`PHASES`, for `benchmarks/reaction.py`): warm-up [0, 5) (every endpoint
+cold), steady [5, 12) and [20, 24), burst [12, 20), the run-up [24, 28) (requests still
+streaming when the slowdown strikes: no routing can save those), after the slowdown [28, 44).
+The time from the slowdown to the last interactive request sent to the slowed engine says how
+long the gateway kept trusting stale statistics.
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ SLOWED = "vllm-a"
 SLOWDOWN_AT_S = 28.0
 BURST_S = (12.0, 20.0)
 PHASES = {
-    "steady": ((0.0, BURST_S[0]), (BURST_S[1], SLOWDOWN_AT_S)),
+    "warmup": ((0.0, 5.0),),
+    "steady": ((5.0, BURST_S[0]), (BURST_S[1], SLOWDOWN_AT_S - 4.0)),
     "burst": (BURST_S,),
+    "run_up": ((SLOWDOWN_AT_S - 4.0, SLOWDOWN_AT_S),),
     "after_slowdown": ((SLOWDOWN_AT_S, 44.0),),
 }
-_MID = {"step_base_s": 0.02, "per_seq_s": 0.0004, "prefill_per_token_s": 0.00025}
+# vllm-a decodes a step in 20 ms + 0.3 ms per sequence: 3x slower, it misses a 60 ms TPOT at
+# any load, so every interactive request it gets after the slowdown is one the gateway lost.
+_FAST = {"step_base_s": 0.02, "per_seq_s": 0.0003, "prefill_per_token_s": 0.0002}
+_MID = {"step_base_s": 0.025, "per_seq_s": 0.0004, "prefill_per_token_s": 0.00025}
 _SLOW = {"step_base_s": 0.03, "per_seq_s": 0.0006, "prefill_per_token_s": 0.0005}
 
 
@@ -54,7 +61,7 @@ def reaction() -> Scenario:
         tenants=_tenants(app=["interactive"]),
         traffic=[traffic],
         engines=[
-            _engine(SLOWED, 0.03, 16),
+            _engine(SLOWED, 0.03, 16, **_FAST),
             _engine("vllm-b", 0.04, 16, **_MID),
             _engine("vllm-c", 0.05, 16, **_SLOW),
         ],

@@ -373,4 +373,3 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "fleet20": fleet20,
     "reaction": reaction,
 }
-
