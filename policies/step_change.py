@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from policies.base import FastWindow, LatencyEstimate
+from policies.base import LatencyEstimate
 
 FAST_BUCKET_S = 1.0
 FAST_BUCKETS = 3

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from gateway.core.progress import Stretch, StreamProgress
+from gateway.core.progress import StreamProgress, Stretch
 from gateway.core.rate_limits import parse_rate_limits
 from gateway.core.slo import meets_slo
 from gateway.errors import AttemptFailed

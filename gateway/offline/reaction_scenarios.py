@@ -38,7 +38,7 @@ _SLOW = {"step_base_s": 0.03, "per_seq_s": 0.0006, "prefill_per_token_s": 0.0005
 def _engine(member_id: str, price_in: float, max_num_seqs: int, **params: float) -> EngineSpec:
     return EngineSpec(
         id=member_id,
-        params=EngineServerParams(max_num_seqs=max_num_seqs, **params),  # type: ignore[arg-type]
+        params=EngineServerParams(max_num_seqs=max_num_seqs, **params),
         price=MemberPrice(input_per_1m=price_in, output_per_1m=2 * price_in),
     )
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gateway.state.store import LatencySample
 from policies.base import FastWindow, LatencyEstimate
@@ -121,15 +121,15 @@ def sample_fields(sample: LatencySample) -> dict[str, float]:
         x, y = float(sample.prompt_tokens), sample.ttft_s
         fields.update(tn=1.0, tx=x, ty=y, txx=x * x, txy=x * y)
         fields[f"{TTFT_HISTOGRAM.field}:{TTFT_HISTOGRAM.index(y)}"] = 1.0
-    y = sample.tpot_s
-    if y is None or kind == "first_token":
+    tpot = sample.tpot_s
+    if tpot is None or kind == "first_token":
         return fields
     if kind != "rest":
         c = float(sample.in_flight)
         w = sample.output_tokens / STRETCH_TOKENS if kind == "progress" else 1.0
-        fields.update(pn=w, pc=w * c, py=w * y, pcc=w * c * c, pcy=w * c * y)
+        fields.update(pn=w, pc=w * c, py=w * tpot, pcc=w * c * c, pcy=w * c * tpot)
     if kind != "progress":
-        fields[f"{TPOT_HISTOGRAM.field}:{TPOT_HISTOGRAM.index(y)}"] = 1.0
+        fields[f"{TPOT_HISTOGRAM.field}:{TPOT_HISTOGRAM.index(tpot)}"] = 1.0
     return fields
 
 
@@ -141,7 +141,12 @@ def fast_fields(fields: Mapping[str, float]) -> dict[str, float]:
 def fast_window(sums: Mapping[str, float]) -> FastWindow:
     get = sums.get
     return FastWindow(
-        get("tn", 0.0), get("ty", 0.0), get("pn", 0.0), get("py", 0.0), get("tx", 0.0), get("pc", 0.0)
+        get("tn", 0.0),
+        get("ty", 0.0),
+        get("pn", 0.0),
+        get("py", 0.0),
+        get("tx", 0.0),
+        get("pc", 0.0),
     )
 
 
@@ -203,7 +208,7 @@ def estimate(
     )
 
 
-def _ttft(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, float | None]:
+def _ttft(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, Any]:
     n = w.get("tn", 0.0)
     if n <= 0:
         return {}
@@ -221,7 +226,7 @@ def _ttft(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, floa
     }
 
 
-def _tpot(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, float | None]:
+def _tpot(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, Any]:
     n = w.get("pn", 0.0)
     if n <= 0:
         return {}
