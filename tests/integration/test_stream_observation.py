@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
 from tests.fixtures.gateway import (
+    ADMIN_KEY,
     PUBLIC_MODEL,
     TENANT_KEY,
     admin_endpoints,
@@ -23,6 +25,7 @@ from tests.fixtures.gateway import (
 
 pytestmark = pytest.mark.integration
 STATE = {"refresh_s": 0.05, "scrape_interval_s": 0.1}
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 
 def estimate(base_url: str) -> dict[str, Any]:
@@ -76,5 +79,8 @@ def test_a_slowed_engine_is_detected_within_seconds_of_its_slow_tokens() -> None
             assert found["step_signal"] == "tpot"
             assert found["tpot_mean_s"] > 0.04  # the estimate jumped with it
             assert detected_s < 4.0  # 2 s on an idle machine; the test shares 2 cores
+            next(iter(stream(gateway.base_url, max_tokens=2)))  # decided while slowed
+            decisions = httpx.get(gateway.base_url + "/admin/decisions", headers=ADMIN).json()
+            assert decisions["decisions"][-1]["steps"]["e"]["signal"] == "tpot"
             for chunks in streams:
                 chunks.close()

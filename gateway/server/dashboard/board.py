@@ -7,7 +7,8 @@ polling and for scripts, and rendered server-side into the page's first state.
                         axis_s: the sparklines' time axis (at least a minute)
     layout              changes when the endpoints, classes or tenants do (the page reloads)
     endpoints[]         what GET /admin/endpoints shows per endpoint, plus
-                        health (ok | warn | degraded) and status (text),
+                        health (ok | warn | degraded) and status (text; a step change in the
+                        estimate shows as "SLOWED · 3.0x its window (tpot)"),
                         predicted {ttft_mean_s, ttft_p95_s, tpot_mean_s, tpot_p95_s, prompt_tokens}
                         for a typical request, and history {at_s[], <Point field>[]} (sparklines)
     classes[]           name, ttft_ms, tpot_ms, deadline_ms, priority, sheddable, and
@@ -107,6 +108,9 @@ def judge(view: dict[str, Any]) -> tuple[str, str]:
     probe = view["last_probe"]
     if probe is not None and not probe["ok"]:
         return "degraded", f"DEGRADED · health probe failed ({probe['status'] or 'no answer'})"
+    step = view["estimate"]
+    if step["step_signal"]:
+        return "warn", f"SLOWED · {step['step_ratio']:.1f}x its window ({step['step_signal']})"
     if view["saturation"] != "open":
         return "warn", f"BUSY · {view['saturation']}"
     engine = view["engine"]
