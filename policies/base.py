@@ -70,6 +70,14 @@ class EngineSignals(NamedTuple):
     kv_block_size_tokens: int | None = None
     prefix_caching: bool | None = None  # the engine caches prefixes
     rate_window_s: float | None = None  # the span the `_per_s` rates are over
+    # The engine's latency histograms over the same span (mean and approximate p95, seconds):
+    # a cross-check of the gateway's own estimate (gateway/watch/engine_histograms.py).
+    ttft_recent_s: float | None = None
+    ttft_recent_p95_s: float | None = None
+    itl_recent_s: float | None = None  # inter-token latency, per gap
+    itl_recent_p95_s: float | None = None
+    queue_recent_s: float | None = None  # time requests waited before being scheduled
+    queue_recent_p95_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
