@@ -19,7 +19,7 @@ from gateway.watch.engine_names import Found
 
 
 class Histogram(NamedTuple):
-    count: float
+    observed: float  # how many observations (the `_count` series)
     sum_s: float
     buckets: tuple[tuple[float, float], ...]  # (upper bound, cumulative count), by bound
 
@@ -51,7 +51,7 @@ def recent(now: Histogram | None, before: Histogram | None) -> tuple[float | Non
     """(mean, p95) of the observations between `before` and `now`; None when unknown."""
     if now is None or before is None:
         return None, None
-    added = now.count - before.count
+    added = now.observed - before.observed
     if added <= 0 or now.sum_s < before.sum_s:
         return None, None
     return (now.sum_s - before.sum_s) / added, _p95(now, before, added)

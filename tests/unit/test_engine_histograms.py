@@ -24,7 +24,7 @@ def test_a_real_vllm_page_gives_its_three_histograms() -> None:
     ttft, itl, queue = parse_metrics(page("vllm-0.32-metrics.txt")).histograms
     assert ttft is not None and itl is not None and queue is not None
     assert ttft.buckets[-1][0] == float("inf")
-    assert ttft.count == ttft.buckets[-1][1]
+    assert ttft.observed == ttft.buckets[-1][1]
 
 
 def test_an_older_vllm_page_gives_what_it_carries() -> None:
