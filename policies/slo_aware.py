@@ -10,9 +10,13 @@ Method
    (N = max_tokens or the estimate's default). A fraction of the SLO, so targets of different
    units compare; +inf when the class sets no target.
 3. Each endpoint falls in one of three tiers, and the ranking takes them in this order:
-   - meets: headroom ≥ 0. Cheapest for this request first (prompt and N tokens at the
-     endpoint's prices), self-hosted (kind vllm) before hosted at equal cost, then the most
-     headroom, then the lowest predicted p95 TTFT.
+   - meets: headroom ≥ 0. Those with headroom ≥ `spill_margin` first, then the tight ones;
+     within each, cheapest for this request first (prompt and N tokens at the endpoint's
+     prices), self-hosted (kind vllm) before hosted at equal cost, then the most headroom,
+     then the lowest predicted p95 TTFT. The margin spills the requests most at risk (long
+     prompts on a filling replica) to an endpoint with room before a queue forms: in a burst
+     the prediction trails the load by a refresh and a scrape, and a request predicted to
+     meet its SLO by a hair is the one that misses it.
    - unproven: misses at the cautious p95 but meets at the optimistic one (p95 / u²): a cold
      endpoint whose prior is too thin to judge. Least utilised first (in-flight leases over
      max_concurrency, or in-flight alone without one), then the cheapest. Without evidence
@@ -31,7 +35,8 @@ Method
    the estimate's `min_samples`), drawn uniformly, goes first, so endpoints whose priors look
    slow still get measured. Randomness comes only from the injected rng.
 
-Parameters: `explore_fraction` (0..1, default 0.02) and `estimate` (see `policies.estimate`).
+Parameters: `explore_fraction` (0..1, default 0.02), `spill_margin` (0..1 of the SLO, default
+0.15) and `estimate` (see `policies.estimate`).
 """
 
 from __future__ import annotations
@@ -132,8 +137,8 @@ OUTPUT_TOKENS = Prediction._fields.index("output_tokens")
 
 
 # Sort keys per tier, each ending in a random tie and the candidate's index (unique, so ties
-# never compare further). Meets: cost, hosted, p95/target, ttft p95; unproven: utilisation,
-# cost; misses: p95/target, ttft p95.
+# never compare further). Meets: tight, cost, hosted, p95/target, ttft p95; unproven:
+# utilisation, cost; misses: p95/target, ttft p95.
 MeetsKey = tuple[float, float, float, float, float, float, int]
 OtherKey = tuple[float, float, float, int]
 
