@@ -44,12 +44,11 @@ def scenario_module() -> ModuleType:
 def measure(records: Sequence[LoadRecord], module: ModuleType) -> dict[str, float]:
     scenario = module.reaction()
     target = scenario.classes["interactive"]
-    start = min(r.start_s for r in records) if records else 0.0  # live records: wall offsets
     interactive = [r for r in records if r.slo_class == "interactive"]
     after = [
-        r.start_s - start - module.SLOWDOWN_AT_S
+        r.start_s - module.SLOWDOWN_AT_S
         for r in interactive
-        if r.endpoint == module.SLOWED and r.start_s - start >= module.SLOWDOWN_AT_S
+        if r.endpoint == module.SLOWED and r.start_s >= module.SLOWDOWN_AT_S
     ]
     found = {"last_to_slowed_s": max(after, default=0.0), "sent_after": float(len(after))}
     for phase, spans in module.PHASES.items():
