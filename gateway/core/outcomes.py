@@ -137,7 +137,7 @@ class Outcomes:
         if result.outcome == "cancelled":
             return None
         parted = progress is not None and progress.started
-        if progress is not None and (tail := progress.rest()) is not None:
+        if parted and progress is not None and (tail := progress.rest()) is not None:
             self._observe_part(endpoint_id, request, "progress", now, stretch=tail)
         sample = LatencySample(
             at_s=now,

@@ -31,31 +31,40 @@ class StreamProgress:
     mark_s: float = 0.0  # when the last of them came
     tokens: int = 0  # tokens seen so far
     last_s: float = 0.0  # when the last of them came
+    # the next stretch is due at this many tokens or at this time, whichever comes first (a
+    # caller that sees every token checks these before calling `stretch`)
+    due_tokens: int = 0
+    due_s: float = 0.0
 
     def start(self, tokens: int, last_s: float) -> None:
         """Its first token(s) came: reported as TTFT, and the first mark."""
         self.started = True
-        self.mark_tokens = self.tokens = tokens
-        self.mark_s = self.last_s = last_s
+        self.tokens, self.last_s = tokens, last_s
+        self._mark()
 
     def stretch(self, tokens: int, last_s: float) -> Stretch | None:
         """`tokens` seen so far, the last at `last_s`: the stretch since the last report when
         one is due (the mark moves on), else None."""
         self.tokens, self.last_s = tokens, last_s
-        gained = tokens - self.mark_tokens
-        if gained <= 0 or (gained < self.every_tokens and last_s - self.mark_s < self.every_s):
+        if tokens <= self.mark_tokens or (tokens < self.due_tokens and last_s < self.due_s):
             return None
         return self._report()
 
     def rest(self) -> Stretch | None:
-        """At the end: the tokens not reported yet (None when there are none)."""
-        return self._report() if self.tokens > self.mark_tokens else None
+        """At the end: the tokens not reported yet (None when there are none, or before the
+        first token)."""
+        return self._report() if self.started and self.tokens > self.mark_tokens else None
 
     def _report(self) -> Stretch:
         gained = self.tokens - self.mark_tokens
         tpot_s = (self.last_s - self.mark_s) / gained
-        self.mark_tokens, self.mark_s = self.tokens, self.last_s
+        self._mark()
         return Stretch(tpot_s, gained)
+
+    def _mark(self) -> None:
+        self.mark_tokens, self.mark_s = self.tokens, self.last_s
+        self.due_tokens = self.tokens + self.every_tokens
+        self.due_s = self.last_s + self.every_s
 
 
 class Stretch(NamedTuple):

@@ -182,16 +182,8 @@ class GatewayModel:
         ttft_s: float,
         now_s: float,
     ) -> None:
-        """`Finisher.streamed`: an engine delivered a stream's token number `tokens` now
-        (`ttft_s` after the attempt was sent). The due check is inlined here, as this runs per
-        token and most tokens report nothing."""
-        if (
-            progress.started
-            and tokens - progress.mark_tokens < progress.every_tokens
-            and now_s - progress.mark_s < progress.every_s
-        ):
-            progress.tokens, progress.last_s = tokens, now_s
-            return
+        """`Finisher.watching`'s report: an engine delivered a stream's token number `tokens`
+        now (`ttft_s` after the attempt was sent); the simulator calls only when one is due."""
         self.outcomes.streamed(endpoint_id, route, progress, tokens, ttft_s, now_s, now_s)
 
     def finished(

@@ -303,11 +303,13 @@ class Simulator:
         if result is not None:
             flights, streamed = self._flights, self.gateway.streamed
             for request_id, token in result.tokens_emitted:
-                flight = flights[request_id]
+                progress = (flight := flights[request_id]).progress
                 if token == 0:
                     flight.first_s = now_s
-                ttft_s, progress = now_s - flight.sent_s, flight.progress
-                streamed(flight.endpoint_id, flight.route, progress, token + 1, ttft_s, now_s)
+                elif token + 1 < progress.due_tokens and now_s < progress.due_s:
+                    continue  # most tokens: no stretch due (gateway/core/progress.py)
+                sent_s, endpoint_id = flight.sent_s, flight.endpoint_id
+                streamed(endpoint_id, flight.route, progress, token + 1, now_s - sent_s, now_s)
             for request_id in result.finished:
                 self._complete(flights.pop(request_id), now_s)
         if engine.model.has_work:
@@ -362,9 +364,9 @@ class Simulator:
             tpot_s=tpot_s,
             e2e_s=now_s - flight.sent_s,
         )
-        self.gateway.finished(
-            flight.endpoint_id, route, result, flight.limit_headers, now_s, flight.progress
-        )
+        (progress := flight.progress).tokens = result.output_tokens  # with the tokens skipped
+        progress.last_s, headers = now_s, flight.limit_headers
+        self.gateway.finished(flight.endpoint_id, route, result, headers, now_s, progress)
 
     # -- the rest ----------------------------------------------------------------------------
 

@@ -52,7 +52,8 @@ class MemoryStatsStore:
         self._leases.remove(endpoint_id, request_id)
 
     async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
-        return {eid: self._stats(eid, now) for eid in endpoint_ids}
+        buckets = (window.bucket_index(now, self.bucket_s), window.bucket_index(now, FAST_BUCKET_S))
+        return {eid: self._stats(eid, now, buckets) for eid in endpoint_ids}
 
     async def read_in_flight(self, endpoint_ids: Sequence[str], *, now: float) -> dict[str, int]:
         return {eid: self._leases.count(eid, now) for eid in endpoint_ids}
@@ -156,27 +157,27 @@ class MemoryStatsStore:
         slots[current] = slots.get(current, 0) + cost
         return True, total + cost
 
-    def _stats(self, endpoint_id: str, now: float) -> EndpointStats:
+    def _stats(self, endpoint_id: str, now: float, buckets: tuple[int, int]) -> EndpointStats:
         return EndpointStats(
             self._leases.count(endpoint_id, now),
-            self._latency(endpoint_id, now),
+            self._latency(endpoint_id, buckets),
             self._breakers.get(endpoint_id, _CLOSED),
             self._cooldowns.get(endpoint_id, 0.0),
         )
 
-    def _latency(self, endpoint_id: str, now: float) -> LatencyEstimate:
-        newest = window.bucket_index(now, self.bucket_s)
-        fast_newest = window.bucket_index(now, FAST_BUCKET_S)
+    def _latency(self, endpoint_id: str, buckets: tuple[int, int]) -> LatencyEstimate:
+        """`buckets`: the newest bucket of the window and of the fast window."""
         cached = self._estimates.get(endpoint_id)
-        if cached is not None and cached[0] == (newest, fast_newest):
+        if cached is not None and cached[0] == buckets:
             return cached[1]
+        newest, fast_newest = buckets
         older_sums, older_weighted = self._older(endpoint_id, newest)
         sums, weighted = dict(older_sums), dict(older_weighted)
         for name, value in self._buckets.get(endpoint_id, {}).get(newest, {}).items():
             sums[name] = sums.get(name, 0.0) + value
             weighted[name] = weighted.get(name, 0.0) + value  # the newest bucket weighs 1
         estimate = window.estimate(sums, weighted, self._fast_sums(endpoint_id, fast_newest))
-        self._estimates[endpoint_id] = ((newest, fast_newest), estimate)
+        self._estimates[endpoint_id] = (buckets, estimate)
         return estimate
 
     def _fast_sums(self, endpoint_id: str, newest: int) -> _Fields:

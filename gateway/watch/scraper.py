@@ -103,6 +103,8 @@ Rates = Counters  # the same, per second
 Histograms = tuple[Histogram | None, Histogram | None, Histogram | None]
 _Values = tuple[float | bool | None, ...]
 _NO_RATES: Rates = (None, None, None)
+_NO_HISTOGRAMS: Histograms = (None, None, None)
+_NO_RECENTS: _Values = (None,) * 6
 
 
 def parse_metrics(text: str, engine: str = "auto") -> ScrapedState:
@@ -175,11 +177,13 @@ class LatestScrapes:
 
     def put(self, endpoint_id: str, state: ScrapedState, at_s: float) -> None:
         rates, window_s = self._rates(endpoint_id, state, at_s)
-        before = self._history[endpoint_id][0][2]
-        recents = tuple(
-            value for now, then in zip(state.histograms, before, strict=True)
-            for value in recent(now, then)
-        )  # fmt: skip
+        recents = _NO_RECENTS
+        if state.histograms != _NO_HISTOGRAMS:  # the offline engines' scrapes carry none
+            before = self._history[endpoint_id][0][2]
+            recents = tuple(
+                value for now, then in zip(state.histograms, before, strict=True)
+                for value in recent(now, then)
+            )  # fmt: skip
         head, tail = state.fields(rates, window_s, recents)
         self._latest[endpoint_id] = (head, tail, at_s)
 
