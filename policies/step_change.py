@@ -3,7 +3,8 @@
 Method
     The stores keep, besides the rolling window (gateway/state/window.py: 5 s buckets, 15 s
     half-life), a *fast window*: plain sums of the last `FAST_BUCKETS` buckets of `FAST_BUCKET_S`
-    fed by the same samples, first tokens and running streams' stretches included
+    (the last 1-2 s: short, so that the first slow second is not outweighed by the fast
+    tokens before it, which come 3x as thick), fed by the same samples, first tokens and running streams' stretches included
     (gateway/core/progress.py), carried as `LatencyEstimate.fast`. A ratio test compares them:
         r_tpot = fast TPOT mean / window TPOT fit at the fast window's mean in-flight count
         r_ttft = fast TTFT mean / window TTFT fit at the fast window's mean prompt length
@@ -43,7 +44,7 @@ from dataclasses import dataclass
 from policies.base import LatencyEstimate
 
 FAST_BUCKET_S = 1.0
-FAST_BUCKETS = 3
+FAST_BUCKETS = 2
 _TTFT_FIELDS = ("ttft_mean_s", "ttft_base_s", "ttft_per_token_s", "ttft_p50_s", "ttft_p95_s")
 _TPOT_FIELDS = ("tpot_mean_s", "tpot_base_s", "tpot_per_in_flight_s", "tpot_p50_s", "tpot_p95_s")
 
