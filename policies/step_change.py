@@ -2,10 +2,11 @@
 
 Method
     The stores keep, besides the rolling window (gateway/state/window.py: 5 s buckets, 15 s
-    half-life), a *fast window*: plain sums of the last `FAST_BUCKETS` buckets of `FAST_BUCKET_S`
-    (the last 1-2 s: short, so that the first slow second is not outweighed by the fast
-    tokens before it, which come 3x as thick), fed by the same samples, first tokens and running streams' stretches included
-    (gateway/core/progress.py), carried as `LatencyEstimate.fast`. A ratio test compares them:
+    half-life), a *fast window*: plain sums of the last `FAST_BUCKETS` buckets of
+    `FAST_BUCKET_S` (the last 1-2 s: short, so that the first slow second is not outweighed by
+    the fast tokens before it, which come 3x as thick), fed by the same samples, first tokens
+    and running streams' stretches included (gateway/core/progress.py), carried as
+    `LatencyEstimate.fast`. A ratio test compares them:
         r_tpot = fast TPOT mean / window TPOT fit at the fast window's mean in-flight count
         r_ttft = fast TTFT mean / window TTFT fit at the fast window's mean prompt length
     (r_tpot needs `min_samples` stretches' worth of weight, r_ttft as many first tokens). The
