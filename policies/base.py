@@ -95,6 +95,35 @@ class EngineSignals(NamedTuple):
     kv_block_size_tokens: int | None = None
     prefix_caching: bool | None = None  # the engine caches prefixes
     rate_window_s: float | None = None  # the span the `_per_s` rates are over
+    # The engine's latency histograms over the same span (mean and approximate p95, seconds):
+    # a cross-check of the gateway's own estimate (gateway/watch/engine_histograms.py).
+    ttft_recent_s: float | None = None
+    ttft_recent_p95_s: float | None = None
+    itl_recent_s: float | None = None  # inter-token latency, per gap
+    itl_recent_p95_s: float | None = None
+    queue_recent_s: float | None = None  # time requests waited before being scheduled
+    queue_recent_p95_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FastWindow:
+    """Plain sums of an endpoint's last few seconds (policies/step_change.py): first tokens
+    and running streams' TPOT stretches (weighted by their tokens)."""
+
+    ttft_n: float = 0.0
+    ttft_sum_s: float = 0.0
+    tpot_n: float = 0.0
+    tpot_sum_s: float = 0.0
+    prompt_tokens_sum: float = 0.0  # of the first tokens' requests
+    in_flight_sum: float = 0.0  # of the stretches, by the same weights as tpot_n
+
+    @property
+    def ttft_mean_s(self) -> float | None:
+        return self.ttft_sum_s / self.ttft_n if self.ttft_n > 0 else None
+
+    @property
+    def tpot_mean_s(self) -> float | None:
+        return self.tpot_sum_s / self.tpot_n if self.tpot_n > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +151,12 @@ class LatencyEstimate:
     tpot_p95_s: float | None = None
     e2e_mean_s: float | None = None
     prompt_tokens_mean: float | None = None  # of the window's requests, None when unknown
+    # The last few seconds (policies/step_change.py), and a step detected against the window
+    # (ratio 1.0: none), which the statistics above then carry.
+    fast: FastWindow | None = None
+    step_ratio: float = 1.0
+    step_signal: str = ""  # "tpot" or "ttft": what showed the step
+    step_at_s: float | None = None  # when it was seen (unix s)
 
     @property
     def error_rate(self) -> float:

@@ -10,7 +10,11 @@ Method
    (N = max_tokens or the estimate's default). A fraction of the SLO, so targets of different
    units compare; +inf when the class sets no target.
 3. Each endpoint falls in one of three tiers, and the ranking takes them in this order:
-   - meets: headroom ≥ 0. Cheapest for this request first (prompt and N tokens at the
+   - meets: headroom ≥ 0. Those with headroom ≥ `spill_margin` first, then the tight ones:
+     the margin spills the requests most at risk (long prompts on a filling replica) to an
+     endpoint with room before a queue forms (in a burst the prediction trails the load by a
+     refresh and a scrape, and a request predicted to meet its SLO by a hair is the one that
+     misses it). Within each, cheapest for this request first (prompt and N tokens at the
      endpoint's prices, the prompt tokens predicted cached at its cached rate), self-hosted
      (kind vllm) before hosted at equal cost, then the most headroom in bands of `band`
      (p95/target rounded down to a multiple of it), then the least uncached prompt (in
@@ -43,10 +47,10 @@ Method
    the estimate's `min_samples`), drawn uniformly, goes first, so endpoints whose priors look
    slow still get measured. Randomness comes only from the injected rng.
 
-Parameters: `explore_fraction` (0..1, default 0.02), `band` (0..1, default 0.2; 0: no bands,
-the most headroom first), `session_affinity` (default true), `prefix_aware` (default true:
-predictions count the request's predicted cached tokens; false ignores them, a baseline) and
-`estimate` (see `policies.estimate`).
+Parameters: `explore_fraction` (0..1, default 0.02), `spill_margin` (0..1 of the SLO, default
+0.15), `band` (0..1, default 0.2; 0: no bands, the most headroom first), `session_affinity`
+(default true), `prefix_aware` (default true: predictions count the request's predicted cached
+tokens; false ignores them, a baseline) and `estimate` (see `policies.estimate`).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: Literal["slo_aware"] = "slo_aware"
     explore_fraction: float = Field(default=0.02, ge=0, le=1)
+    spill_margin: float = Field(default=0.15, ge=0, lt=1)
     prefix_aware: bool = True  # False: predictions ignore the prefix index (a baseline)
     band: float = Field(default=0.2, ge=0, le=1)
     session_affinity: bool = True  # a session's first turn by rendezvous hashing (see 3.)
@@ -107,6 +112,7 @@ class SloAware:
         self.params = params
         self.estimator = Estimator(params.estimate)
         self._explore_fraction = params.explore_fraction  # a plain attribute reads faster
+        self._comfort = 1.0 - params.spill_margin
         self._prefix_aware = params.prefix_aware
         self._band = params.band
         self._affinity = params.session_affinity
@@ -122,7 +128,7 @@ class SloAware:
         tpot = slo.tpot_s is not None or slo.deadline_s is not None  # else TTFT alone decides
         rows = self.estimator.predict_rows(request, candidates, tpot)
         home = self._affinity and request.session is not None and not request.cached_tokens
-        tiers = _tiers(request, candidates, rows, rng, self._band, home)
+        tiers = _tiers(request, candidates, rows, rng, self._band, home, self._comfort)
         for keys in tiers:
             keys.sort()
         order = [key[-1] for keys in tiers for key in keys]
@@ -156,10 +162,9 @@ OUTPUT_TOKENS = Prediction._fields.index("output_tokens")
 
 
 # Sort keys per tier, each ending in a random tie and the candidate's index (unique, so ties
-# never compare further). Meets: cost, hosted, p95/target band, uncached tenths,
-# utilisation, p95/target;
-# unproven: utilisation, cost; misses: p95/target, ttft p95.
-MeetsKey = tuple[float, float, float, float, float, float, float, int]
+# never compare further). Meets: tight, cost, hosted, p95/target band, uncached tenths,
+# utilisation, p95/target; unproven: utilisation, cost; misses: p95/target, ttft p95.
+MeetsKey = tuple[float, float, float, float, float, float, float, float, int]
 OtherKey = tuple[float, float, float, int]
 
 
@@ -170,6 +175,7 @@ def _tiers(
     rng: random.Random,
     band_width: float,
     home: bool = False,
+    comfort: float = 1.0,
 ) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
     """Each candidate's sort key, in its tier's list: plain tuples sort fastest, and tiers
     sorted apart compare shorter keys. Headroom is 1 − the largest p95/target ratio, inlined:
@@ -216,7 +222,8 @@ def _tiers(
             used = snapshot.in_flight / limit if limit else float(snapshot.in_flight)
             if home:  # rendezvous: the same endpoint for the session on every replica
                 missed = rendezvous(request.session or "", snapshot.endpoint_id)
-            meets.append((cost, hosted, band, missed, used, ratio, tie(), index))
+            tight = 1.0 if ratio > comfort else 0.0
+            meets.append((tight, cost, hosted, band, missed, used, ratio, tie(), index))
         else:
             unproven.append((utilisation(snapshot), cost, tie(), index))
     return meets, unproven, misses

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from gateway.core.progress import StreamProgress, Stretch
 from gateway.core.rate_limits import parse_rate_limits
 from gateway.core.slo import meets_slo
 from gateway.errors import AttemptFailed
 from gateway.state.background import Spawn
-from gateway.state.store import LatencySample, StatsStore
+from gateway.state.store import LatencySample, SampleKind, StatsStore
 from gateway.state.view import SharedView
 from gateway.telemetry.record import Finished
 from gateway.watch.endpoints import Registry
@@ -76,6 +77,44 @@ class Outcomes:
         )
         self.observe(self.store.observe(endpoint_id, sample))
 
+    def streamed(
+        self,
+        endpoint_id: str,
+        request: RouteRequest,
+        progress: StreamProgress,
+        tokens: int,
+        ttft_s: float | None,
+        last_s: float,
+        now: float,
+    ) -> None:
+        """A running stream has `tokens` so far, the last at `last_s` (the progress's clock):
+        its first token, then its stretches, go to the statistics as they come."""
+        if not progress.started:
+            if ttft_s is None:
+                return
+            progress.start(tokens, last_s)
+            self._observe_part(endpoint_id, request, "first_token", now, ttft_s=ttft_s)
+        elif (stretch := progress.stretch(tokens, last_s)) is not None:
+            self._observe_part(endpoint_id, request, "progress", now, stretch=stretch)
+
+    def _observe_part(
+        self,
+        endpoint_id: str,
+        request: RouteRequest,
+        kind: SampleKind,
+        now: float,
+        *,
+        ttft_s: float | None = None,
+        stretch: Stretch | None = None,
+    ) -> None:
+        # the load now, not when the lease was taken: a stretch's TPOT is the load's during it
+        in_flight = self.view.in_flight(endpoint_id, self.view.shared(endpoint_id))
+        tpot_s, tokens = stretch if stretch is not None else (None, 0)
+        sample = LatencySample(
+            now, True, 200, request.prompt_tokens, tokens, ttft_s, tpot_s, 0.0, in_flight, kind
+        )
+        self.observe(self.store.observe(endpoint_id, sample))
+
     def finished(
         self,
         endpoint_id: str,
@@ -83,9 +122,12 @@ class Outcomes:
         result: Finished,
         limit_headers: Mapping[str, str] | None,
         now: float,
+        progress: StreamProgress | None = None,
     ) -> bool | None:
-        """A request that got an answer; `limit_headers`: a provider's rate-limit headers.
-        Whether it met its SLO; None when the client left (which says nothing about either)."""
+        """A request that got an answer; `limit_headers`: a provider's rate-limit headers;
+        `progress`: its stream's, when its first token was observed already (then only the rest
+        is). Whether it met its SLO; None when the client left (which says nothing about
+        either)."""
         in_flight = self.leases.in_flight_when_taken(endpoint_id, request.request_id)
         self.leases.drop(endpoint_id, request.request_id)
         if result.outcome != "cancelled":
@@ -94,6 +136,9 @@ class Outcomes:
             self._honour_rate_limits(endpoint_id, limit_headers, now)
         if result.outcome == "cancelled":
             return None
+        parted = progress is not None and progress.started
+        if parted and progress is not None and (tail := progress.rest()) is not None:
+            self._observe_part(endpoint_id, request, "progress", now, stretch=tail)
         sample = LatencySample(
             at_s=now,
             ok=result.outcome != "upstream_error",
@@ -106,6 +151,7 @@ class Outcomes:
             tpot_s=result.tpot_s,
             e2e_s=result.e2e_s,
             in_flight=in_flight,
+            kind="rest" if parted else "whole",
         )
         self.observe(self.store.observe(endpoint_id, sample))
         return meets_slo(

@@ -39,6 +39,7 @@ from gateway.core.prefix_chain import PrefixChain, chain_of
 from gateway.core.prefix_index import PrefixIndex
 from gateway.core.prefix_lookup import DEFAULT_OUTPUT_TOKENS, with_cached
 from gateway.core.prefix_lookup import routed as prefix_routed
+from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed
 from gateway.offline.members import Refusal
 from gateway.offline.scenario import Scenario
@@ -192,6 +193,19 @@ class GatewayModel:
     ) -> None:
         self.outcomes.failed_attempt(endpoint_id, route, failure, now_s)
 
+    def streamed(
+        self,
+        endpoint_id: str,
+        route: RouteRequest,
+        progress: StreamProgress,
+        tokens: int,
+        ttft_s: float,
+        now_s: float,
+    ) -> None:
+        """`Finisher.watching`'s report: an engine delivered a stream's token number `tokens`
+        now (`ttft_s` after the attempt was sent); the simulator calls only when one is due."""
+        self.outcomes.streamed(endpoint_id, route, progress, tokens, ttft_s, now_s, now_s)
+
     def finished(
         self,
         endpoint_id: str,
@@ -199,10 +213,11 @@ class GatewayModel:
         result: Finished,
         limit_headers: Mapping[str, str] | None,
         now_s: float,
+        progress: StreamProgress | None = None,
     ) -> None:
         """`Finisher.finish`, then `Router.handle`'s end: the tenant's concurrency slot goes back.
-        `limit_headers`: a provider's rate-limit headers."""
-        self.outcomes.finished(endpoint_id, route, result, limit_headers, now_s)
+        `limit_headers`: a provider's rate-limit headers; `progress`: an engine stream's."""
+        self.outcomes.finished(endpoint_id, route, result, limit_headers, now_s, progress)
         self.admission.finished(route, now_s)
         chain = self.chains.pop(route.request_id, None)
         if chain is not None and result.cached_tokens is not None and result.outcome == "ok":

@@ -16,6 +16,7 @@ generous where a noisy machine moves the numbers, exact where the gateway promis
     smoke         a short mix for CI (generous thresholds)
     fleet20       the simulator benchmark: 16 engines and 4 providers, ~100k requests (offline)
     sessions_slow, sessions_fast   prefix reuse: multi-turn chat sessions (prefix_scenarios.py)
+    reaction      a 2.5x burst, then an engine slowed 3x (gateway/offline/reaction_scenarios.py)
 """
 
 from __future__ import annotations
@@ -23,30 +24,33 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gateway.config.settings import SloClassConfig, TenantLimits
+from gateway.config.settings import TenantLimits
 from gateway.offline.prefix_scenarios import sessions_fast, sessions_slow
+from gateway.offline.reaction_scenarios import reaction
 from gateway.offline.scenario import (
     Check,
     EngineSpec,
     FaultEvent,
-    ProviderSpec,
     Scenario,
     TenantSpec,
     Traffic,
 )
+from gateway.offline.scenario_kit import (
+    CHAT_OUTPUT,
+    CHAT_PROMPT,
+    CLASSES,
+)
+from gateway.offline.scenario_kit import (
+    provider as _provider,
+)
+from gateway.offline.scenario_kit import (
+    tenants as _tenants,
+)
 from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.engine import EngineServerParams
 from gateway.sim.fleet import MemberPrice
-from gateway.sim.provider import ProviderParams
 from policies.admission import AdmissionParams
 
-CLASSES = {
-    "interactive": SloClassConfig(ttft_ms=600, tpot_ms=60, priority=10, sheddable=False),
-    "rag": SloClassConfig(ttft_ms=2500, tpot_ms=80, priority=5, sheddable=False),
-    "batch": SloClassConfig(deadline_ms=60000, priority=0, sheddable=True),
-}
-CHAT_PROMPT = LengthSpec(profile="conversation", scale=0.5, max_tokens=2048)
-CHAT_OUTPUT = LengthSpec(profile="conversation", scale=0.5, max_tokens=256)
 BATCH_OUTPUT = LengthSpec(profile="conversation", scale=1.0, min_tokens=32, max_tokens=400)
 RAG_PROMPT = LengthSpec(profile="rag", scale=0.15, min_tokens=256, max_tokens=6000)
 RAG_OUTPUT = LengthSpec(profile="rag", scale=0.25, max_tokens=256)
@@ -80,26 +84,6 @@ def standard_fleet(max_num_seqs: int = 64, provider_limit: int = 16) -> dict[str
             _provider("provider-cheap", 0.35, 0.10, 0.30, provider_limit),
         ],
     }
-
-
-def _provider(
-    member_id: str, ttft_s: float, price_in: float, price_out: float, limit: int = 16
-) -> ProviderSpec:
-    params = ProviderParams(
-        model="llama3-8b-hosted",
-        api_key=f"sk-{member_id}",
-        ttft_median_s=ttft_s,
-        max_concurrency=limit,
-    )
-    return ProviderSpec(
-        id=member_id,
-        params=params,
-        price=MemberPrice(input_per_1m=price_in, output_per_1m=price_out),
-    )
-
-
-def _tenants(**tenants: list[str]) -> dict[str, TenantSpec]:
-    return {name: TenantSpec(allowed_classes=classes) for name, classes in tenants.items()}
 
 
 def _chat(rate: float, end_s: float, tenant: str = "app", start_s: float = 0.0) -> Traffic:
@@ -367,4 +351,5 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "fleet20": fleet20,
     "sessions_slow": sessions_slow,
     "sessions_fast": sessions_fast,
+    "reaction": reaction,
 }

@@ -4,8 +4,8 @@ Discrete events on one heap, in time order (ties in insertion order):
     arrival      the next planned request reaches the gateway (`GatewayModel`: tenant limits,
                  candidates, admission, the policy's ranking), then its first attempt
     step end     an engine finishes an `EngineModel.step()`: its tokens are delivered (first
-                 tokens and finished requests) and the next step starts at once, as the engine
-                 server's loop does
+                 tokens, running streams' stretches and finished requests, observed as the live
+                 relay does: gateway/core/progress.py) and the next step starts at once
     provider end a hosted request's last token (its latencies were drawn when it started)
     retry        an attempt after a Retry-After wait (only when the ranking has one endpoint)
     timeout      a hung attempt reaching the gateway's first-byte timeout
@@ -25,11 +25,12 @@ import itertools
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core import failover
 from gateway.core.admission_control import DISPATCH_TICK_S
+from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed, GatewayError, Rejected
 from gateway.offline.gateway_model import GatewayModel, Queued, offline_config
 from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider, scraped_state
@@ -54,6 +55,7 @@ class _Flight:
     first_s: float | None = None
     limit_headers: Mapping[str, str] | None = None  # a provider's, on its response
     cached: int | None = None  # prompt tokens its engine found in its prefix cache
+    progress: StreamProgress = field(default_factory=StreamProgress)  # an engine's stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,16 +288,8 @@ class Simulator:
 
     def _give_up(self, flight: _Flight, error: GatewayError, now_s: float) -> None:
         shed = isinstance(error, Rejected)  # every endpoint rate limited: a 429 to retry later
-        reason = error.code or "upstream_failed"
-        self._end(
-            flight.index,
-            error.status,
-            reason,
-            now_s,
-            flight.route,
-            shed=shed,
-            attempts=flight.attempt,
-        )
+        index, reason, attempts = flight.index, error.code or "upstream_failed", flight.attempt
+        self._end(index, error.status, reason, now_s, flight.route, shed=shed, attempts=attempts)
 
     # -- serving -----------------------------------------------------------------------------
 
@@ -310,13 +304,18 @@ class Simulator:
         result = engine.pending
         engine.stepping = False
         if result is not None:
-            flights = self._flights
+            flights, streamed = self._flights, self.gateway.streamed
             for request_id, cached in result.prefix_hits:
                 if (hit := flights.get(request_id)) is not None:
                     hit.cached = cached
             for request_id, token in result.tokens_emitted:
+                progress = (flight := flights[request_id]).progress
                 if token == 0:
-                    flights[request_id].first_s = now_s
+                    flight.first_s = now_s
+                elif token + 1 < progress.due_tokens and now_s < progress.due_s:
+                    continue  # most tokens: no stretch due (gateway/core/progress.py)
+                sent_s, endpoint_id = flight.sent_s, flight.endpoint_id
+                streamed(endpoint_id, flight.route, progress, token + 1, now_s - sent_s, now_s)
             for request_id in result.finished:
                 self._complete(flights.pop(request_id), now_s)
         if engine.model.has_work:
@@ -359,7 +358,9 @@ class Simulator:
             e2e_s=now_s - flight.sent_s,
             cached_tokens=flight.cached,
         )
-        self.gateway.finished(flight.endpoint_id, route, result, flight.limit_headers, now_s)
+        (progress := flight.progress).tokens = result.output_tokens  # with the tokens skipped
+        progress.last_s, headers = now_s, flight.limit_headers
+        self.gateway.finished(flight.endpoint_id, route, result, headers, now_s, progress)
 
     # -- the rest ----------------------------------------------------------------------------
 

@@ -52,4 +52,19 @@ class DecisionLog:
             "at_risk": ranking.at_risk,
             "reason": ranking.reason,
             "queued_s": round(waited_s, 4),
+            "steps": _steps(ranking),
         }
+
+
+def _steps(ranking: Ranking) -> dict[str, dict[str, Any]]:
+    """The ranked endpoints in a step change when the decision was made (policies/step_change):
+    their statistics had jumped by `ratio` since `since_s`."""
+    return {
+        s.endpoint_id: {
+            "ratio": round(s.latency.step_ratio, 3),
+            "signal": s.latency.step_signal,
+            "since_s": s.latency.step_at_s,
+        }
+        for s in ranking.endpoints
+        if s.latency.step_signal
+    }

@@ -9,8 +9,10 @@ observations do (the write-behind queues them), breaker and cool-down writes do 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from gateway.core.outcomes import Outcomes
+from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed
 from gateway.state.background import Background, run_now
 from gateway.state.leases import LeaseBook
@@ -57,14 +59,36 @@ class Finisher:
         result = "rate_limited" if failure.status == 429 else "failed"
         self.metrics.upstream_attempts.labels(endpoint_id, result).inc()
 
+    def watching(
+        self, opened: Opened, request: RouteRequest, progress: StreamProgress
+    ) -> Callable[[StreamGrammar], None]:
+        """What the relay tells of a running stream after every read: its first token, then
+        its stretches, go to the statistics at once (gateway/core/progress.py); `finish`
+        then observes only the rest."""
+        endpoint_id, streamed = opened.endpoint.id, self.outcomes.streamed
+
+        def seen(watch: StreamGrammar) -> None:
+            last_s = watch.last_token_s
+            if last_s is not None:
+                tokens, ttft_s = watch.output_tokens, watch.ttft_s
+                streamed(endpoint_id, request, progress, tokens, ttft_s, last_s, time.time())
+
+        return seen
+
     def finish(
-        self, opened: Opened, request: RouteRequest, result: Finished, record: RequestRecord
+        self,
+        opened: Opened,
+        request: RouteRequest,
+        result: Finished,
+        record: RequestRecord,
+        progress: StreamProgress | None = None,
     ) -> None:
-        """Account for a request that got an upstream response, and release that response."""
+        """Account for a request that got an upstream response, and release that response;
+        `progress`: its stream's, as `watching` kept it."""
         endpoint_id = opened.endpoint.id
         opened.release()
         limits = opened.headers if opened.endpoint.kind == "openai" else None
-        met = self.outcomes.finished(endpoint_id, request, result, limits, time.time())
+        met = self.outcomes.finished(endpoint_id, request, result, limits, time.time(), progress)
         record.result, record.slo_met = result, met
         self.metrics.upstream_attempts.labels(endpoint_id, result.outcome).inc()
         self._latency_histograms(endpoint_id, request, result)

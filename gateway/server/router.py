@@ -35,6 +35,7 @@ from gateway.config.settings import EndpointConfig, ServerConfig
 from gateway.core.candidates import candidate_snapshots, next_available_in_s, only_candidates
 from gateway.core.failover import backoff_s, final_error, gives_up
 from gateway.core.prefix_chain import EMPTY, PrefixChain
+from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed, NoEndpointAvailable
 from gateway.server.admission_queue import Admission
 from gateway.server.answer import STREAM_HEADERS, explain, raw_headers, send_whole
@@ -153,14 +154,14 @@ class Router:
             return
         if call.store and watch.response_id:
             await self.owners.remember(watch.response_id, opened.endpoint, call, request)
-        outcome = "cancelled"
+        outcome, progress = "cancelled", StreamProgress()
+        seen = self.finisher.watching(opened, request, progress)  # first token, stretches
         try:
-            outcome = await relay(
-                opened, watch, raw_headers(headers | STREAM_HEADERS), self.redactor, receive, send
-            )
+            relayed = raw_headers(headers | STREAM_HEADERS)
+            outcome = await relay(opened, watch, relayed, self.redactor, receive, send, seen)
         finally:
             result = stream_result(opened, watch, outcome, request.prompt_tokens)
-            self.finisher.finish(opened, request, result, record)
+            self.finisher.finish(opened, request, result, record, progress)
             self.prefix.answered(opened.endpoint.id, request, routed.chain, result)
         if call.store and watch.response_id:  # again, with the tokens it took
             await self.owners.remember(watch.response_id, opened.endpoint, call, request, result)

@@ -2,6 +2,7 @@
 
     <prefix>{ep:<endpoint>}:leases        zset  request id -> lease expiry (unix s)
     <prefix>{ep:<endpoint>}:lat:<bucket>  hash  latency sums of one time bucket (see window.py)
+    <prefix>{ep:<endpoint>}:fast:<bucket> hash  the fast window's sums of one 1 s bucket
     <prefix>{ep:<endpoint>}:health        hash  breaker state and provider cooldown
     <prefix>{rate:<key>}                  hash  rate-window slot -> cost
     <prefix>{tenant:<tenant>}:<part>      hash/zset  a tenant's requests and tokens windows and
@@ -43,6 +44,9 @@ class KeySpace:
 
     def latency(self, endpoint_id: str, bucket: int) -> str:
         return f"{self.prefix}{{ep:{endpoint_id}}}:lat:{bucket}"
+
+    def fast(self, endpoint_id: str, bucket: int) -> str:
+        return f"{self.prefix}{{ep:{endpoint_id}}}:fast:{bucket}"
 
     def health(self, endpoint_id: str) -> str:
         return f"{self.prefix}{{ep:{endpoint_id}}}:health"

@@ -16,6 +16,7 @@ from gateway.state.breaker import BreakerPolicy, BreakerState, after_result, aft
 from gateway.state.rate import slot_range
 from gateway.state.store import EndpointStats, LatencySample, TenantQuota, TenantVerdict
 from policies.base import LatencyEstimate
+from policies.step_change import FAST_BUCKET_S, FAST_BUCKETS
 
 _Fields = dict[str, float]
 _CLOSED = BreakerState()  # an endpoint with no breaker record yet (frozen: one serves all)
@@ -33,12 +34,13 @@ class MemoryStatsStore:
         self._leases = _LeaseSets()
         self._tenant_leases = _LeaseSets()
         self._buckets: dict[str, dict[int, _Fields]] = {}
+        self._fast: dict[str, dict[int, _Fields]] = {}  # the fast window's buckets
         self._rates: dict[str, dict[int, int]] = {}
         self._breakers: dict[str, BreakerState] = {}
         self._cooldowns: dict[str, float] = {}
-        # endpoint -> (newest bucket it was computed at, estimate): weights change only when a
-        # bucket ends, so an estimate holds until then or until the next observation.
-        self._estimates: dict[str, tuple[int, LatencyEstimate]] = {}
+        # endpoint -> (newest bucket and fast bucket it was computed at, estimate): weights change
+        # only when a bucket ends, so an estimate holds until then or the next observation.
+        self._estimates: dict[str, tuple[tuple[int, int], LatencyEstimate]] = {}
         # endpoint -> (newest bucket, plain and weighted sums of the buckets before it): only
         # the newest bucket fills, so a read merges one bucket, not the whole window.
         self._history: dict[str, tuple[int, _Fields, _Fields]] = {}
@@ -50,7 +52,8 @@ class MemoryStatsStore:
         self._leases.remove(endpoint_id, request_id)
 
     async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
-        return {eid: self._stats(eid, now) for eid in endpoint_ids}
+        buckets = (window.bucket_index(now, self.bucket_s), window.bucket_index(now, FAST_BUCKET_S))
+        return {eid: self._stats(eid, now, buckets) for eid in endpoint_ids}
 
     async def read_in_flight(self, endpoint_ids: Sequence[str], *, now: float) -> dict[str, int]:
         return {eid: self._leases.count(eid, now) for eid in endpoint_ids}
@@ -64,9 +67,13 @@ class MemoryStatsStore:
         buckets = self._buckets.setdefault(endpoint_id, {})
         for old in [b for b in buckets if b <= index - self._bucket_count]:
             del buckets[old]
-        fields = buckets.setdefault(index, {})
-        for name, amount in window.sample_fields(sample).items():
-            fields[name] = fields.get(name, 0.0) + amount
+        increments = window.sample_fields(sample)
+        _add(buckets.setdefault(index, {}), increments)
+        fast_index = window.bucket_index(sample.at_s, FAST_BUCKET_S)
+        fast = self._fast.setdefault(endpoint_id, {})
+        for old in [b for b in fast if b <= fast_index - FAST_BUCKETS]:
+            del fast[old]
+        _add(fast.setdefault(fast_index, {}), window.fast_fields(increments))
 
     async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
         _, total = self._rate(key, cost, None, window_s, now)
@@ -150,26 +157,35 @@ class MemoryStatsStore:
         slots[current] = slots.get(current, 0) + cost
         return True, total + cost
 
-    def _stats(self, endpoint_id: str, now: float) -> EndpointStats:
+    def _stats(self, endpoint_id: str, now: float, buckets: tuple[int, int]) -> EndpointStats:
         return EndpointStats(
             self._leases.count(endpoint_id, now),
-            self._latency(endpoint_id, window.bucket_index(now, self.bucket_s)),
+            self._latency(endpoint_id, buckets),
             self._breakers.get(endpoint_id, _CLOSED),
             self._cooldowns.get(endpoint_id, 0.0),
         )
 
-    def _latency(self, endpoint_id: str, newest: int) -> LatencyEstimate:
+    def _latency(self, endpoint_id: str, buckets: tuple[int, int]) -> LatencyEstimate:
+        """`buckets`: the newest bucket of the window and of the fast window."""
         cached = self._estimates.get(endpoint_id)
-        if cached is not None and cached[0] == newest:
+        if cached is not None and cached[0] == buckets:
             return cached[1]
+        newest, fast_newest = buckets
         older_sums, older_weighted = self._older(endpoint_id, newest)
         sums, weighted = dict(older_sums), dict(older_weighted)
         for name, value in self._buckets.get(endpoint_id, {}).get(newest, {}).items():
             sums[name] = sums.get(name, 0.0) + value
             weighted[name] = weighted.get(name, 0.0) + value  # the newest bucket weighs 1
-        estimate = window.estimate(sums, weighted)
-        self._estimates[endpoint_id] = (newest, estimate)
+        estimate = window.estimate(sums, weighted, self._fast_sums(endpoint_id, fast_newest))
+        self._estimates[endpoint_id] = (buckets, estimate)
         return estimate
+
+    def _fast_sums(self, endpoint_id: str, newest: int) -> _Fields:
+        sums: _Fields = {}
+        for index, bucket in self._fast.get(endpoint_id, {}).items():
+            if newest - FAST_BUCKETS < index <= newest:
+                _add(sums, bucket)
+        return sums
 
     def _older(self, endpoint_id: str, newest: int) -> tuple[_Fields, _Fields]:
         """Merged sums of the window's buckets before `newest`, computed once per bucket."""
@@ -189,6 +205,11 @@ class MemoryStatsStore:
         sums, weighted = window.merge(fields)
         self._history[endpoint_id] = (newest, sums, weighted)
         return sums, weighted
+
+
+def _add(fields: _Fields, increments: Mapping[str, float]) -> None:
+    for name, amount in increments.items():
+        fields[name] = fields.get(name, 0.0) + amount
 
 
 class _LeaseSets:

@@ -3,8 +3,8 @@
 Each operation is one round trip: a single command where one is atomic (ZREM on release), a Lua
 script from `lua/` where several commands must act together, and for `read()` one
 non-transactional pipeline of plain reads whatever the number of endpoints (per endpoint: ZCOUNT
-of the leases, HGETALL of the health hash and of each time bucket). Keys come from
-`keys.KeySpace` and all carry a TTL.
+of the leases, HGETALL of the health hash, of each time bucket and of each fast-window bucket).
+Keys come from `keys.KeySpace` and all carry a TTL.
 
 Layout choices, measured on one server (Redis CPU per operation): the buckets are summed here,
 not in a Lua script, since a merging script cost Redis about 6x the CPU of plain HGETALLs, and
@@ -33,6 +33,7 @@ from gateway.state.breaker import BreakerPolicy, BreakerState
 from gateway.state.keys import KeySpace
 from gateway.state.rate import slot_range, slot_ttl_s
 from gateway.state.store import EndpointStats, LatencySample, TenantQuota, TenantVerdict
+from policies.step_change import FAST_BUCKET_S, FAST_BUCKETS
 
 SCRIPTS = (
     "lease_acquire",
@@ -122,15 +123,19 @@ class RedisStatsStore:
     async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
         newest = window.bucket_index(now, self.bucket_s)
         buckets = range(newest, newest - self._bucket_count, -1)
+        fast_newest = window.bucket_index(now, FAST_BUCKET_S)
+        fast = range(fast_newest, fast_newest - FAST_BUCKETS, -1)
         async with self.client.pipeline(transaction=False) as pipe:
             for eid in endpoint_ids:
                 pipe.zcount(self.keys.leases(eid), f"({now!r}", "+inf")
                 pipe.hgetall(self.keys.health(eid))
                 for bucket in buckets:
                     pipe.hgetall(self.keys.latency(eid, bucket))
+                for bucket in fast:
+                    pipe.hgetall(self.keys.fast(eid, bucket))
             replies = await pipe.execute()
         weights = [window.weight((newest - b) * self.bucket_s, self.half_life_s) for b in buckets]
-        size = 2 + len(buckets)
+        size = 2 + len(buckets) + len(fast)
         return {
             eid: _stats(replies[i * size : (i + 1) * size], weights)
             for i, eid in enumerate(endpoint_ids)
@@ -151,10 +156,18 @@ class RedisStatsStore:
         self, endpoint_id: str, sample: LatencySample
     ) -> tuple[list[str], list[str | int | float]]:
         bucket = window.bucket_index(sample.at_s, self.bucket_s)
-        args: list[str | int | float] = [keys.ttl_ms(self.window_s + self.bucket_s)]
-        for name, amount in window.sample_fields(sample).items():
-            args += [name, amount]
-        return [self.keys.latency(endpoint_id, bucket)], args
+        fast_bucket = window.bucket_index(sample.at_s, FAST_BUCKET_S)
+        increments = window.sample_fields(sample)
+        args: list[str | int | float] = [
+            keys.ttl_ms(self.window_s + self.bucket_s),
+            keys.ttl_ms((FAST_BUCKETS + 1) * FAST_BUCKET_S),
+            len(increments),
+        ]
+        for fields in (increments, window.fast_fields(increments)):
+            for name, amount in fields.items():
+                args += [name, amount]
+        keys_ = [self.keys.latency(endpoint_id, bucket), self.keys.fast(endpoint_id, fast_bucket)]
+        return keys_, args
 
     async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
         _, total = await self._rate(key, cost, _NO_LIMIT, window_s, now)
@@ -257,7 +270,8 @@ def _limit(value: int | None) -> int:
 
 
 def _stats(replies: Sequence[Any], weights: Sequence[float]) -> EndpointStats:
-    in_flight, health_reply, *buckets = replies
+    in_flight, health_reply, *rest = replies
+    buckets, fast = rest[: len(weights)], rest[len(weights) :]
     health = _decoded(health_reply)
     fields = (
         (weight, name, value)
@@ -267,7 +281,7 @@ def _stats(replies: Sequence[Any], weights: Sequence[float]) -> EndpointStats:
     sums, weighted = window.merge(fields)
     return EndpointStats(
         in_flight=int(in_flight),
-        latency=window.estimate(_decoded(sums), _decoded(weighted)),
+        latency=window.estimate(_decoded(sums), _decoded(weighted), _fast_sums(fast)),
         breaker=BreakerState(
             int(health.get("fails", 0.0)),
             health.get("open_until", 0.0),
@@ -275,6 +289,12 @@ def _stats(replies: Sequence[Any], weights: Sequence[float]) -> EndpointStats:
         ),
         cooldown_until_s=health.get("cool_until", 0.0),
     )
+
+
+def _fast_sums(buckets: Sequence[Mapping[Any, Any]]) -> dict[str, float]:
+    fields = ((1.0, name, value) for bucket in buckets for name, value in bucket.items())
+    sums, _ = window.merge(fields)
+    return _decoded(sums)
 
 
 def _decoded(reply: Mapping[Any, Any]) -> dict[str, float]:

@@ -6,7 +6,8 @@ Callers pass `now` (unix seconds, wall clock: replicas compare it) so tests can 
 
     leases          acquire / release: in-flight count per endpoint over all replicas, with a TTL
                     so a crashed replica's leases expire
-    estimates       observe a finished request; read() returns rolling estimates (window.py)
+    estimates       observe a request (whole, or its first token and stretches while it
+                    streams); read() returns rolling estimates and their fast window (window.py)
     rate windows    hit / try_hit: cost in the last window_s, exact across replicas
     tenants         admit_tenant: every limit of a tenant checked and counted at once, or none;
                     release_tenant gives the concurrency slot back
@@ -23,12 +24,18 @@ from typing import Literal, Protocol
 from gateway.state.breaker import BreakerPolicy, BreakerState
 from policies.base import LatencyEstimate
 
+SampleKind = Literal["whole", "first_token", "progress", "rest"]
+
 
 @dataclass(frozen=True, slots=True)
 class LatencySample:
-    """One finished request on one endpoint."""
+    """What one request on one endpoint showed: all of it at its end (`whole`), or in parts
+    while it streams (gateway/core/progress.py): `first_token` (its TTFT; the request counts
+    from then), `progress` (the TPOT of a stretch of a running stream) and `rest` (its end:
+    the outcome, E2E and the TPOT of the tokens since the last stretch, if any). The parts of
+    one request add up to what its `whole` sample would have added, stretch by stretch."""
 
-    at_s: float  # when the request finished (unix s); picks its time bucket
+    at_s: float  # when this was seen (unix s); picks its time bucket
     ok: bool
     status: int  # HTTP status, 0 for a connection error or timeout
     prompt_tokens: int
@@ -37,6 +44,7 @@ class LatencySample:
     tpot_s: float | None
     e2e_s: float
     in_flight: int = 0  # gateway-wide leases when the request started
+    kind: SampleKind = "whole"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,8 @@
 `SharedView` is a local copy of every endpoint's shared statistics, refreshed in the background
 (one pipelined read per refresh), so building snapshots costs no round trip. In-flight counts are
 fused: other replicas' leases as of the last refresh plus this replica's own, counted now.
+Each refresh also follows every endpoint's step changes (policies/step_change.py) from its fast
+window: a detected step makes the endpoint's statistics jump to the fast window's level.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from gateway.state.redis_store import FAILURES
 from gateway.state.store import EndpointStats, StatsStore
 from gateway.telemetry.metrics import log
+from policies.step_change import Step, StepParams, follow, jumped
 
 _NO_STATS = EndpointStats()
 
@@ -40,14 +43,26 @@ class SharedView:
         self.refreshed_at_s: float | None = None  # wall clock of the last good refresh
         self._shared: Mapping[str, EndpointStats] = {}
         self._local_at_refresh: Counter[str] = Counter()
+        self.step_params = StepParams()
+        self.steps: dict[str, Step] = {}  # endpoint -> the step it is in now
 
     async def refresh(self) -> None:
         """One store read; over a store that never suspends (memory), it finishes at once."""
         local = self.local.copy()
         now = self.clock()
-        self._shared = await self.store.read(self.endpoint_ids, now=now)
+        shared = await self.store.read(self.endpoint_ids, now=now)
+        self._shared = {eid: self._stepped(eid, stats, now) for eid, stats in shared.items()}
         self._local_at_refresh = local
         self.refreshed_at_s = now
+
+    def _stepped(self, endpoint_id: str, stats: EndpointStats, now: float) -> EndpointStats:
+        step = follow(self.steps.get(endpoint_id), stats.latency, self.step_params, now)
+        if step is None:
+            self.steps.pop(endpoint_id, None)
+            return stats
+        self.steps[endpoint_id] = step
+        latency = jumped(stats.latency, step)
+        return EndpointStats(stats.in_flight, latency, stats.breaker, stats.cooldown_until_s)
 
     async def run(self) -> None:
         """Owned by the app lifespan."""

@@ -25,6 +25,18 @@ Method
 
 Only successful requests (ok) feed TTFT, TPOT and E2E; `errors` counts every failed request
 and `throttled` those answered 429.
+
+A streamed request is observed in parts (`LatencySample.kind`, gateway/core/progress.py): its
+first token adds n and the TTFT sums; each stretch of a running stream adds its TPOT to the
+TPOT sums (mean and fit) weighted by its tokens / STRETCH_TOKENS, so the mean is per token as a
+request's own TPOT is (a slow stretch does not weigh more for taking longer); its end adds E2E
+(or the error) and its whole TPOT to the TPOT histogram only: quantiles stay per request, as
+the SLO judges them, while the level moves with the stretches. A request counts once in n,
+its TTFT once, and each of its tokens once in the TPOT sums.
+
+The fast window (policies/step_change.py) sums `FAST_FIELDS` of the same samples in buckets of
+`FAST_BUCKET_S`, unweighted; `estimate` hands it on (`LatencyEstimate.fast`), and the shared
+view (view.py) applies a step it shows.
 """
 
 from __future__ import annotations
@@ -32,10 +44,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gateway.state.store import LatencySample
-from policies.base import LatencyEstimate
+from policies.base import FastWindow, LatencyEstimate
 
 HISTOGRAM_RATIO = 2.0**0.25
 MIN_FIT_SAMPLES = 3.0
@@ -43,6 +55,8 @@ MIN_PROMPT_SPREAD_TOKENS = 8.0
 MIN_IN_FLIGHT_SPREAD = 1.0
 
 _Name = TypeVar("_Name", str, bytes)
+FAST_FIELDS = ("tn", "ty", "pn", "py", "tx", "pc")
+STRETCH_TOKENS = 16.0  # a stretch of this many tokens weighs as one whole request's TPOT
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,23 +106,48 @@ def bucket_index(at_s: float, bucket_s: float) -> int:
 
 
 def sample_fields(sample: LatencySample) -> dict[str, float]:
-    """The increments one finished request adds to its bucket (field -> amount)."""
-    fields: dict[str, float] = {"n": 1.0}
+    """The increments a sample adds to its bucket (field -> amount); see the module docstring
+    for how a streamed request's parts add up."""
+    kind = sample.kind
+    fields: dict[str, float] = {"n": 1.0} if kind in ("whole", "first_token") else {}
     if not sample.ok:
         fields["err"] = 1.0
         if sample.status == 429:
             fields["thr"] = 1.0
         return fields
-    fields.update(e2e_n=1.0, e2e=sample.e2e_s)
-    if sample.ttft_s is not None:
+    if kind in ("whole", "rest"):
+        fields.update(e2e_n=1.0, e2e=sample.e2e_s)
+    if sample.ttft_s is not None and kind in ("whole", "first_token"):
         x, y = float(sample.prompt_tokens), sample.ttft_s
         fields.update(tn=1.0, tx=x, ty=y, txx=x * x, txy=x * y)
         fields[f"{TTFT_HISTOGRAM.field}:{TTFT_HISTOGRAM.index(y)}"] = 1.0
-    if sample.tpot_s is not None:
-        c, y = float(sample.in_flight), sample.tpot_s
-        fields.update(pn=1.0, pc=c, py=y, pcc=c * c, pcy=c * y)
-        fields[f"{TPOT_HISTOGRAM.field}:{TPOT_HISTOGRAM.index(y)}"] = 1.0
+    tpot = sample.tpot_s
+    if tpot is None or kind == "first_token":
+        return fields
+    if kind != "rest":
+        c = float(sample.in_flight)
+        w = sample.output_tokens / STRETCH_TOKENS if kind == "progress" else 1.0
+        fields.update(pn=w, pc=w * c, py=w * tpot, pcc=w * c * c, pcy=w * c * tpot)
+    if kind != "progress":
+        fields[f"{TPOT_HISTOGRAM.field}:{TPOT_HISTOGRAM.index(tpot)}"] = 1.0
     return fields
+
+
+def fast_fields(fields: Mapping[str, float]) -> dict[str, float]:
+    """What of a sample's increments the fast window keeps."""
+    return {name: fields[name] for name in FAST_FIELDS if name in fields}
+
+
+def fast_window(sums: Mapping[str, float]) -> FastWindow:
+    get = sums.get
+    return FastWindow(
+        get("tn", 0.0),
+        get("ty", 0.0),
+        get("pn", 0.0),
+        get("py", 0.0),
+        get("tx", 0.0),
+        get("pc", 0.0),
+    )
 
 
 def fit_line(
@@ -150,8 +189,13 @@ def merge(
     return sums, weighted
 
 
-def estimate(sums: Mapping[str, float], weighted: Mapping[str, float]) -> LatencyEstimate:
-    """The estimate from merged buckets: plain sums give the counts, weighted sums the rest."""
+def estimate(
+    sums: Mapping[str, float],
+    weighted: Mapping[str, float],
+    fast: Mapping[str, float] | None = None,
+) -> LatencyEstimate:
+    """The estimate from merged buckets: plain sums give the counts, weighted sums the rest;
+    `fast`: the fast window's sums, carried along."""
     histograms = _histograms(weighted)
     return LatencyEstimate(
         samples=round(sums.get("n", 0.0)),
@@ -160,10 +204,11 @@ def estimate(sums: Mapping[str, float], weighted: Mapping[str, float]) -> Latenc
         e2e_mean_s=_ratio(weighted, "e2e", "e2e_n"),
         **_ttft(weighted, histograms.get(TTFT_HISTOGRAM.field, {})),
         **_tpot(weighted, histograms.get(TPOT_HISTOGRAM.field, {})),
+        fast=fast_window(fast) if fast else None,
     )
 
 
-def _ttft(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, float | None]:
+def _ttft(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, Any]:
     n = w.get("tn", 0.0)
     if n <= 0:
         return {}
@@ -181,7 +226,7 @@ def _ttft(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, floa
     }
 
 
-def _tpot(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, float | None]:
+def _tpot(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, Any]:
     n = w.get("pn", 0.0)
     if n <= 0:
         return {}

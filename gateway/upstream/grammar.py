@@ -47,6 +47,7 @@ class Facts(NamedTuple):
 
 class StreamGrammar(Protocol):
     first_token_s: float | None
+    last_token_s: float | None
     done: bool
     upstream_error: bool
     response_id: str | None

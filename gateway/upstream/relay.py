@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Callable
 
 import aiohttp
 from starlette.types import Receive, Send
@@ -85,6 +86,13 @@ def _failure(opened: Opened, watch: StreamGrammar) -> AttemptFailed | None:
     return None
 
 
+Seen = Callable[[StreamGrammar], None]
+
+
+def _unseen(watch: StreamGrammar) -> None:
+    return None
+
+
 async def relay(
     opened: Opened,
     watch: StreamGrammar,
@@ -92,14 +100,16 @@ async def relay(
     redact: Redactor,
     receive: Receive,
     send: Send,
+    seen: Seen = _unseen,
 ) -> str:
-    """Send the response start and relay the stream; returns the outcome."""
+    """Send the response start and relay the stream; returns the outcome. `seen` is told of
+    the watch after every read (the running stream's observations, gateway/core/progress.py)."""
     outcome = "cancelled"
     departure = Departure(lambda: client_disconnected(receive))
     try:
         with departure:
             await send({"type": "http.response.start", "status": opened.status, "headers": headers})
-            outcome = await _relay(opened, watch, redact, send)
+            outcome = await _relay(opened, watch, redact, send, seen)
     except asyncio.CancelledError:
         if not departure.left:
             raise
@@ -107,12 +117,15 @@ async def relay(
     return outcome
 
 
-async def _relay(opened: Opened, watch: StreamGrammar, redact: Redactor, send: Send) -> str:
+async def _relay(
+    opened: Opened, watch: StreamGrammar, redact: Redactor, send: Send, seen: Seen
+) -> str:
     """`opened.first` went through the watch in `commit`; the rest goes through it here. The
     watch hands back whole events only, so an event that mentions an error is redacted whole
     (a key split across reads is still found) and costs a substring test otherwise."""
     events, read = opened.first, opened.rest.readany
     while True:
+        seen(watch)
         events = redact.events(events)
         if events:
             await send({"type": "http.response.body", "body": events, "more_body": True})

@@ -143,6 +143,13 @@ class ScrapedEngine:
     kv_capacity: tuple[Rule, ...] = ()  # tokens
     kv_block_size: tuple[Rule, ...] = ()  # tokens per block
     prefix_caching: LabelFlag | None = None
+    # latency histograms, base names newest first (gateway/watch/engine_histograms.py)
+    ttft_histogram: tuple[str, ...] = ()
+    itl_histogram: tuple[str, ...] = ()  # inter-token latency, per gap
+    queue_histogram: tuple[str, ...] = ()  # time waiting before the first scheduling
+
+    def histograms(self) -> tuple[tuple[str, ...], ...]:
+        return (self.ttft_histogram, self.itl_histogram, self.queue_histogram)
 
     def signals(self) -> tuple[Signal, ...]:
         return (
@@ -160,7 +167,13 @@ class ScrapedEngine:
         rules: list[Rule] = [*self.signals(), *self.kv_capacity, *self.kv_block_size]
         if self.prefix_caching is not None:
             rules.append(self.prefix_caching)
-        return {name for rule in rules for name in rule.names()}
+        histograms = {
+            name + suffix
+            for names in self.histograms()
+            for name in names
+            for suffix in ("_bucket", "_sum", "_count")
+        }
+        return {name for rule in rules for name in rule.names()} | histograms
 
 
 _VLLM_CACHE_CONFIG = "vllm:cache_config_info"
@@ -204,6 +217,12 @@ ENGINES: tuple[ScrapedEngine, ...] = (
         ),
         kv_block_size=(LabelProduct(_VLLM_CACHE_CONFIG, ("block_size",), combine="max"),),
         prefix_caching=LabelFlag(_VLLM_CACHE_CONFIG, "enable_prefix_caching"),
+        ttft_histogram=("vllm:time_to_first_token_seconds",),
+        itl_histogram=(
+            "vllm:inter_token_latency_seconds",  # 0.11+
+            "vllm:time_per_output_token_seconds",  # its older name, per gap too
+        ),
+        queue_histogram=("vllm:request_queue_time_seconds",),
     ),
     ScrapedEngine(
         engine="sglang",
@@ -212,6 +231,12 @@ ENGINES: tuple[ScrapedEngine, ...] = (
         kv_usage=Signal((series("sglang:token_usage"),), combine="mean"),
         kv_capacity=(LabelProduct("sglang:cache_config_info", ("page_size", "num_pages")),),
         kv_block_size=(LabelProduct("sglang:cache_config_info", ("page_size",), combine="max"),),
+        ttft_histogram=("sglang:time_to_first_token_seconds",),
+        itl_histogram=(
+            "sglang:inter_token_latency_seconds",
+            "sglang:time_per_output_token_seconds",
+        ),
+        queue_histogram=("sglang:queue_time_seconds",),
     ),
     ScrapedEngine(
         engine="trtllm",  # trtllm-serve
@@ -224,6 +249,8 @@ ENGINES: tuple[ScrapedEngine, ...] = (
             ),
         ),
         kv_block_size=(_TRTLLM_TOKENS_PER_BLOCK,),
+        ttft_histogram=("trtllm_time_to_first_token_seconds",),
+        itl_histogram=("trtllm_time_per_output_token_seconds",),
     ),
     ScrapedEngine(
         engine="triton-trtllm",

@@ -23,6 +23,7 @@ import httpx
 
 from gateway.config.settings import EndpointConfig
 from gateway.telemetry.metrics import log
+from gateway.watch.engine_histograms import Histogram, read_histogram, recent
 from gateway.watch.engine_names import BY_ENGINE, ENGINES, Found, ScrapedEngine, first
 from policies.base import EngineSignals
 
@@ -58,6 +59,7 @@ class ScrapedState:
     prefix_cache_hits_total: float | None = None
     kv_block_size_tokens: int | None = None
     prefix_caching: bool | None = None
+    histograms: Histograms = (None, None, None)  # TTFT, inter-token, queue time
 
     def counters(self) -> Counters:
         """The counters `LatestScrapes` turns into rates, in `Rates`' order."""
@@ -67,8 +69,11 @@ class ScrapedState:
             self.prefix_cache_hits_total,
         )
 
-    def fields(self, rates: Rates, window_s: float | None) -> tuple[_Values, _Values]:
-        """`EngineSignals` without its age, as the values before `age_s` and those after it."""
+    def fields(
+        self, rates: Rates, window_s: float | None, recents: _Values = (None,) * 6
+    ) -> tuple[_Values, _Values]:
+        """`EngineSignals` without its age, as the values before `age_s` and those after it;
+        `recents`: the histograms' means and p95s over the rate window."""
         head = (
             self.waiting,
             self.running,
@@ -88,14 +93,18 @@ class ScrapedState:
             self.kv_block_size_tokens,
             self.prefix_caching,
             window_s,
+            *recents,
         )
         return head, tail
 
 
 Counters = tuple[float | None, float | None, float | None]  # preemptions, prefix queries, hits
 Rates = Counters  # the same, per second
+Histograms = tuple[Histogram | None, Histogram | None, Histogram | None]
 _Values = tuple[float | bool | None, ...]
 _NO_RATES: Rates = (None, None, None)
+_NO_HISTOGRAMS: Histograms = (None, None, None)
+_NO_RECENTS: _Values = (None,) * 6
 
 
 def parse_metrics(text: str, engine: str = "auto") -> ScrapedState:
@@ -119,6 +128,11 @@ def parse_metrics(text: str, engine: str = "auto") -> ScrapedState:
         prefix_cache_hits_total=row.prefix_cache_hits.read(found),
         kv_block_size_tokens=round(block_size) if block_size is not None else None,
         prefix_caching=row.prefix_caching.read(found) if row.prefix_caching else None,
+        histograms=(
+            read_histogram(row.ttft_histogram, found),
+            read_histogram(row.itl_histogram, found),
+            read_histogram(row.queue_histogram, found),
+        ),
     )
 
 
@@ -159,23 +173,31 @@ class LatestScrapes:
         self.stale_after_s = stale_after_s
         self.rate_window_s = rate_window_s
         self._latest: dict[str, tuple[_Values, _Values, float]] = {}
-        self._history: dict[str, deque[tuple[float, Counters]]] = {}
+        self._history: dict[str, deque[tuple[float, Counters, Histograms]]] = {}
 
     def put(self, endpoint_id: str, state: ScrapedState, at_s: float) -> None:
-        rates, window_s = self._rates(endpoint_id, state.counters(), at_s)
-        head, tail = state.fields(rates, window_s)
+        rates, window_s = self._rates(endpoint_id, state, at_s)
+        recents = _NO_RECENTS
+        if state.histograms != _NO_HISTOGRAMS:  # the offline engines' scrapes carry none
+            before = self._history[endpoint_id][0][2]
+            recents = tuple(
+                value for now, then in zip(state.histograms, before, strict=True)
+                for value in recent(now, then)
+            )  # fmt: skip
+        head, tail = state.fields(rates, window_s, recents)
         self._latest[endpoint_id] = (head, tail, at_s)
 
     def _rates(
-        self, endpoint_id: str, counters: Counters, at_s: float
+        self, endpoint_id: str, state: ScrapedState, at_s: float
     ) -> tuple[Rates, float | None]:
+        counters = state.counters()
         history = self._history.setdefault(endpoint_id, deque())
         if history and _went_down(history[-1][1], counters):
             history.clear()  # the engine restarted: its counters began again
         while history and at_s - history[0][0] > self.rate_window_s:
             history.popleft()
-        history.append((at_s, counters))
-        since_s, then = history[0]
+        history.append((at_s, counters, state.histograms))
+        since_s, then, _ = history[0]
         span_s = at_s - since_s
         if span_s <= 0:
             return _NO_RATES, None

@@ -104,7 +104,8 @@ async def test_every_key_has_a_ttl(redis_client: Redis, redis_url: str, key_pref
     store = RedisStatsStore(redis_client, prefix=key_prefix)
     await exercise_every_key(store)
     found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}*")]
-    assert len(found) == 10  # incl. a tenant's three keys (requests, tokens, concurrency)
+    # incl. a tenant's three keys (requests, tokens, concurrency) and a fast-window bucket
+    assert len(found) == 11
     for key in found:
         assert await redis_client.pttl(key) > 0, key
     assert await redis_client.pttl(store.keys.health("c")) > 3600_000
@@ -116,7 +117,7 @@ async def test_an_endpoints_keys_share_one_cluster_slot(
     store = RedisStatsStore(redis_client, prefix=key_prefix)
     await exercise_every_key(store)
     found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}{{ep:a}}*")]
-    assert len(found) == 3
+    assert len(found) == 4  # leases, health, a latency bucket, a fast-window bucket
     assert len({key_slot(key) for key in found}) == 1
 
 

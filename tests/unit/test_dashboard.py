@@ -74,6 +74,7 @@ def view(**fields: Any) -> dict[str, Any]:
         "last_probe": {"ok": True, "status": 200},
         "saturation": "open",
         "engine": {"kv_usage": 0.2},
+        "estimate": {"step_signal": "", "step_ratio": 1.0},
     }
     return base | fields
 
@@ -86,6 +87,25 @@ def test_endpoints_out_of_rotation_or_failing_probes_are_degraded() -> None:
     assert judge(view(saturation="saturated"))[0] == "warn"
     assert judge(view(engine=None))[0] == "warn"
     assert judge(view(kind="openai", engine=None)) == ("ok", "OK")
+
+
+def test_an_endpoint_in_a_step_change_shows_as_slowed() -> None:
+    stepped = view(estimate={"step_signal": "tpot", "step_ratio": 2.96})
+    assert judge(stepped) == ("warn", "SLOWED · 3.0x its window (tpot)")
+
+
+def test_an_engine_disagreeing_with_the_estimate_asks_for_a_check() -> None:
+    estimate = {"step_signal": "", "step_ratio": 1.0, "tpot_mean_s": 0.02}
+    slow = view(engine={"kv_usage": 0.2, "itl_recent_s": 0.07, "age_s": 0.3}, estimate=estimate)
+    assert judge(slow) == ("warn", "CHECK · engine ITL 3.5x the gateway's TPOT (0.3 s old)")
+    agreeing = view(engine={"kv_usage": 0.2, "itl_recent_s": 0.025}, estimate=estimate)
+    assert judge(agreeing) == ("ok", "OK")
+
+
+def test_explains_a_ranked_endpoint_in_a_step_change() -> None:
+    steps = {"vllm-b": {"ratio": 3.04, "signal": "tpot", "since_s": 1.0}}
+    text = explain(decision() | {"steps": steps}, INTERACTIVE)
+    assert text.endswith("; vllm-b is 3.0x slower than its window (tpot)")
 
 
 def test_tally_sums_one_class_or_one_tenant() -> None:

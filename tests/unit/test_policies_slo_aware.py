@@ -306,3 +306,20 @@ def test_a_replica_seeded_with_a_measured_prior_is_trusted_before_it_is_measured
     ):
         ranking = SloAware(params).rank(request, candidates, random.Random(0))
         assert (ranking.endpoints[0].endpoint_id, ranking.reason) == (first, "slo_met")
+
+
+def test_a_request_with_little_headroom_on_self_hosted_spills_to_a_comfortable_provider() -> None:
+    tight = replica("tight", base_s=0.125)  # p95 0.45 s of a 0.5 s target: 10% headroom
+    roomy = provider("roomy", 2.5, base_s=0.02, per_token_s=2e-5)  # p95 0.1 s
+    request = RouteRequest("r", "m", "t", INTERACTIVE, prompt_tokens=1000, max_tokens=100)
+    ranking = SloAware(NO_EXPLORE).rank(request, [tight, roomy], random.Random(0))
+    assert [e.endpoint_id for e in ranking.endpoints] == ["roomy", "tight"]
+    assert ranking.reason == "slo_met"
+    cheapest_first = Params(explore_fraction=0.0, spill_margin=0.0)
+    ranking = SloAware(cheapest_first).rank(request, [tight, roomy], random.Random(0))
+    assert ranking.endpoints[0].endpoint_id == "tight"
+    short = RouteRequest("r", "m", "t", INTERACTIVE, prompt_tokens=100, max_tokens=100)
+    ranking = SloAware(NO_EXPLORE).rank(
+        request=short, candidates=[tight, roomy], rng=random.Random(0)
+    )
+    assert ranking.endpoints[0].endpoint_id == "tight"  # p95 0.27 s: room enough, the cheapest

@@ -7,7 +7,9 @@ polling and for scripts, and rendered server-side into the page's first state.
                         axis_s: the sparklines' time axis (at least a minute)
     layout              changes when the endpoints, classes or tenants do (the page reloads)
     endpoints[]         what GET /admin/endpoints shows per endpoint, plus
-                        health (ok | warn | degraded) and status (text),
+                        health (ok | warn | degraded) and status (text; a step change in the
+                        estimate shows as "SLOWED · 3.0x its window (tpot)", an engine whose
+                        own recent inter-token latency disagrees with the estimate as CHECK),
                         predicted {ttft_mean_s, ttft_p95_s, tpot_mean_s, tpot_p95_s, prompt_tokens}
                         for a typical request, and history {at_s[], <Point field>[]} (sparklines)
     classes[]           name, ttft_ms, tpot_ms, deadline_ms, priority, sheddable, and
@@ -107,12 +109,35 @@ def judge(view: dict[str, Any]) -> tuple[str, str]:
     probe = view["last_probe"]
     if probe is not None and not probe["ok"]:
         return "degraded", f"DEGRADED · health probe failed ({probe['status'] or 'no answer'})"
+    step = view["estimate"]
+    if step["step_signal"]:
+        return "warn", f"SLOWED · {step['step_ratio']:.1f}x its window ({step['step_signal']})"
     if view["saturation"] != "open":
         return "warn", f"BUSY · {view['saturation']}"
     engine = view["engine"]
+    disagreement = cross_check(engine, view["estimate"])
+    if disagreement:
+        return "warn", disagreement
     if view["kind"] == "vllm" and (engine is None or engine["kv_usage"] is None):
         return "warn", "OK · no fresh engine metrics"
     return "ok", "OK"
+
+
+CROSS_CHECK_RATIO = 2.0  # engine and gateway disagree when one is this many times the other
+
+
+def cross_check(engine: dict[str, Any] | None, estimate: dict[str, Any]) -> str:
+    """The engine's own recent inter-token latency against the gateway's TPOT estimate: a
+    status when they disagree by CROSS_CHECK_RATIO or more ("" otherwise, or unknown)."""
+    itl_s = engine.get("itl_recent_s") if engine else None
+    tpot_s = estimate.get("tpot_mean_s")
+    if not itl_s or not tpot_s:
+        return ""
+    ratio = itl_s / tpot_s
+    if 1 / CROSS_CHECK_RATIO < ratio < CROSS_CHECK_RATIO:
+        return ""
+    age_s = (engine or {}).get("age_s") or 0.0
+    return f"CHECK · engine ITL {ratio:.1f}x the gateway's TPOT ({age_s:.1f} s old)"
 
 
 def predicted(runtime: Runtime, model: Estimator, endpoint_id: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Routing decisions in words, built from the router's decision log (`Router.decisions`).
 
     slo_aware chose vllm-a (of 3): predicted p95 TTFT 120 ms ≤ 1000 ms target; the cheapest
-    endpoint predicted to meet the SLO
+    endpoint predicted to meet the SLO; vllm-b is 3.0x slower than its window (tpot)
 
 Built when the dashboard asks, never on the request path.
 """
@@ -39,6 +39,9 @@ def explain(decision: Mapping[str, Any], slo: SloClassConfig | None) -> str:
     queued_s = decision.get("queued_s") or 0.0
     if queued_s >= QUEUED_SHOWN_S:
         parts.append(f"waited {_ms(queued_s)} in the admission queue")
+    parts += [
+        _step(endpoint_id, step) for endpoint_id, step in (decision.get("steps") or {}).items()
+    ]
     shown = [part for part in parts if part]
     return f"{head}: {'; '.join(shown)}" if shown else head
 
@@ -55,6 +58,11 @@ def _prediction(decision: Mapping[str, Any], slo: SloClassConfig | None) -> str:
     if slo is not None and slo.deadline_ms is not None:
         return f"{text} (class deadline {slo.deadline_ms / 1e3:g} s)"
     return text
+
+
+def _step(endpoint_id: str, step: Mapping[str, Any]) -> str:
+    """A ranked endpoint in a step change (policies/step_change.py)."""
+    return f"{endpoint_id} is {step['ratio']:.1f}x slower than its window ({step['signal']})"
 
 
 def _ms(seconds: float) -> str:

@@ -1,0 +1,127 @@
+"""Step-change detection: an endpoint whose last seconds are a step slower than its window.
+
+Method
+    The stores keep, besides the rolling window (gateway/state/window.py: 5 s buckets, 15 s
+    half-life), a *fast window*: plain sums of the last `FAST_BUCKETS` buckets of
+    `FAST_BUCKET_S` (the last 1-2 s: short, so that the first slow second is not outweighed by
+    the fast tokens before it, which come 3x as thick), fed by the same samples, first tokens
+    and running streams' stretches included (gateway/core/progress.py), carried as
+    `LatencyEstimate.fast`. A ratio test compares them:
+        r_tpot = fast TPOT mean / window TPOT fit at the fast window's mean in-flight count
+        r_ttft = fast TTFT mean / window TTFT fit at the fast window's mean prompt length
+    (r_tpot needs `min_samples` stretches' worth of weight, r_ttft as many first tokens). The
+    window's fit, not its mean, is the reference: TPOT grows with the load and TTFT with the
+    prompt, so a quiet few seconds after a busy minute would hide a slowdown from a ratio of
+    means, and a burst of long prompts would fake one. TPOT leads: decode speed is what an
+    engine slowdown changes everywhere, and it does not depend on the queue (which the estimate
+    models on its own, so a TTFT grown by queueing must not count twice). TTFT decides only
+    when the fast window holds too few stretches.
+
+    A step starts at r ≥ `threshold` and, once started, holds (`follow`):
+    - while the fast window has samples, at its r, for as long as r ≥ `release` (a step already
+      seen needs less evidence to go on than a new one; below it the window has caught up, or
+      the endpoint has recovered);
+    - while it has none (traffic left the endpoint, as it should), at the last r, for `hold_s`
+      after the last confirmation, after which the window alone decides again (its slow samples
+      still count, and a few requests find out whether the endpoint is still slow).
+    On a step the estimate *jumps*: every latency statistic of the window (means, fits,
+    quantiles) is scaled by r, so the estimate carries the fast window's level at once instead
+    of decaying toward it over the half-life. A TPOT-led step scales TTFT too (a slower engine
+    prefills slower as well); a TTFT-led one scales TTFT only. Only a slowdown jumps: a fast
+    window of a few seconds is noisy (a stretch whose steps held no prefill is quick), and a
+    jump down would herd the next requests onto the endpoint on that noise, while a jump up at
+    worst spills a few requests elsewhere for a few seconds; a speed-up shows as the window
+    decays.
+
+Parameters (`StepParams`): threshold 1.5, release 1.2, min_samples 6, hold_s 20. Pure: no clock;
+the caller passes the time and the previous step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from policies.base import LatencyEstimate
+
+FAST_BUCKET_S = 1.0
+FAST_BUCKETS = 2
+_TTFT_FIELDS = ("ttft_mean_s", "ttft_base_s", "ttft_per_token_s", "ttft_p50_s", "ttft_p95_s")
+_TPOT_FIELDS = ("tpot_mean_s", "tpot_base_s", "tpot_per_in_flight_s", "tpot_p50_s", "tpot_p95_s")
+
+
+@dataclass(frozen=True, slots=True)
+class StepParams:
+    threshold: float = 1.5
+    release: float = 1.2
+    min_samples: int = 6
+    hold_s: float = 20.0
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """A detected step: its ratio r and signal, when it began and when last confirmed."""
+
+    ratio: float
+    signal: str  # "tpot" or "ttft"
+    since_s: float
+    confirmed_s: float
+
+
+def _expected(
+    base: float | None, slope: float | None, mean: float | None, x_sum: float, n: float
+) -> float | None:
+    """The window's fit at the fast window's mean x (its mean without a fit)."""
+    if base is None or slope is None:
+        return mean
+    return base + slope * (x_sum / n)
+
+
+def measured(estimate: LatencyEstimate, params: StepParams) -> tuple[float, str] | None:
+    """(r, signal) from the fast window, or None when it holds too few samples to say."""
+    fast, e, need = estimate.fast, estimate, params.min_samples
+    if fast is None:
+        return None
+    if fast.tpot_n >= need:
+        expected = _expected(
+            e.tpot_base_s, e.tpot_per_in_flight_s, e.tpot_mean_s, fast.in_flight_sum, fast.tpot_n
+        )
+        return (fast.tpot_sum_s / fast.tpot_n / expected, "tpot") if expected else None
+    if fast.ttft_n >= need:
+        expected = _expected(
+            e.ttft_base_s, e.ttft_per_token_s, e.ttft_mean_s, fast.prompt_tokens_sum, fast.ttft_n
+        )
+        return (fast.ttft_sum_s / fast.ttft_n / expected, "ttft") if expected else None
+    return None
+
+
+def follow(
+    previous: Step | None, estimate: LatencyEstimate, params: StepParams, at_s: float
+) -> Step | None:
+    """The step at `at_s`, given the one before (see the module docstring)."""
+    seen = measured(estimate, params)
+    if seen is None:
+        if previous is not None and at_s - previous.confirmed_s < params.hold_s:
+            return previous
+        return None
+    ratio, signal = seen
+    if ratio >= params.threshold or (previous is not None and ratio >= params.release):
+        since_s = previous.since_s if previous is not None else at_s
+        return Step(ratio, signal, since_s, at_s)
+    return None
+
+
+def jumped(estimate: LatencyEstimate, step: Step | None) -> LatencyEstimate:
+    """The estimate with the step applied (itself without one)."""
+    if step is None:
+        return estimate
+    ratio = step.ratio
+    fields: dict[str, object] = {
+        "step_ratio": ratio,
+        "step_signal": step.signal,
+        "step_at_s": step.since_s,
+    }
+    for name in _TTFT_FIELDS + (_TPOT_FIELDS if step.signal == "tpot" else ()):
+        value = getattr(estimate, name)
+        fields[name] = value * ratio if value is not None else None
+    return dataclasses.replace(estimate, **fields)  # type: ignore[arg-type]
