@@ -48,7 +48,9 @@ class Price(_Strict):
     input_per_1m: float = Field(0.0, ge=0)
     output_per_1m: float = Field(0.0, ge=0)
     cached_input_per_1m: float | None = Field(
-        None, ge=0, description="price of prompt tokens read from a prompt cache; input_per_1m if unset"
+        None,
+        ge=0,
+        description="price of prompt tokens read from a prompt cache; input_per_1m if unset",
     )
 
     @property
@@ -128,12 +130,23 @@ class TenantLimits(_Strict):
     max_concurrent: int | None = Field(None, ge=1)
 
 
+class TenantBudget(_Strict):
+    """Spend limits per UTC day and month, in USD at the endpoints' prices (docs/operations.md)."""
+
+    usd_per_day: float | None = Field(None, gt=0)
+    usd_per_month: float | None = Field(None, gt=0)
+    soft_alert_fraction: float | None = Field(
+        None, gt=0, le=1, description="log and count once per window when spend crosses this"
+    )
+
+
 class TenantConfig(_Strict):
     api_key_env: str | None = None
     api_key_sha256: list[str] = Field(default_factory=list)
     allowed_classes: list[str] = Field(min_length=1)
     default_class: str
     limits: TenantLimits = TenantLimits()
+    budget: TenantBudget | None = None
     # Whether `x-slo-ttft-ms` / `x-slo-tpot-ms` may tighten (never loosen) the class's targets.
     slo_hints: bool = False
     # The class's engine_priority / service_tier replace the client's own `priority` /
@@ -220,6 +233,7 @@ class StateConfig(_Strict):
     health_interval_s: float = Field(5.0, gt=0)
     breaker_failures: int = Field(5, ge=1, description="consecutive failures that open it")
     breaker_cooldown_s: float = Field(10.0, gt=0)
+    usage_retention_days: float = Field(35.0, gt=0, description="hourly usage buckets kept")
 
 
 class GatewayConfig(_Strict):

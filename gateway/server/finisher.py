@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from gateway.core.outcomes import Outcomes
+from gateway.core.usage import cost_pusd, usd
 from gateway.errors import AttemptFailed
 from gateway.state.background import Background, run_now
 from gateway.state.leases import LeaseBook
@@ -66,11 +67,30 @@ class Finisher:
         limits = opened.headers if opened.endpoint.kind == "openai" else None
         met = self.outcomes.finished(endpoint_id, request, result, limits, time.time())
         record.result, record.slo_met = result, met
+        self._usage(opened, request, result, record)
         self.metrics.upstream_attempts.labels(endpoint_id, result.outcome).inc()
         self._latency_histograms(endpoint_id, request, result)
         if met is not None:
             verdict = "met" if met else "missed"
             self.metrics.slo.labels(request.slo.name, request.tenant, endpoint_id, verdict).inc()
+
+    def _usage(
+        self, opened: Opened, request: RouteRequest, result: Finished, record: RequestRecord
+    ) -> None:
+        """The request's cost at the endpoint's prices, and the usage counters."""
+        prompt, cached, completion = (
+            result.prompt_tokens,
+            result.cached_tokens,
+            result.output_tokens,
+        )
+        record.cost_pusd = cost_pusd(opened.endpoint.price, prompt, cached, completion)
+        labels = (request.tenant, request.slo.name, request.model, opened.endpoint.id)
+        m = self.metrics
+        m.usage_requests.labels(*labels).inc()
+        m.usage_tokens.labels(*labels, "prompt").inc(prompt)
+        m.usage_tokens.labels(*labels, "cached").inc(cached)
+        m.usage_tokens.labels(*labels, "completion").inc(completion)
+        m.usage_cost.labels(*labels).inc(usd(record.cost_pusd))
 
     def _latency_histograms(
         self, endpoint_id: str, request: RouteRequest, result: Finished
@@ -92,6 +112,7 @@ def stream_result(opened: Opened, watch: StreamGrammar, outcome: str, prompt: in
         ttft_s=watch.ttft_s,
         tpot_s=watch.tpot_s,
         e2e_s=time.perf_counter() - opened.started_s,
+        cached_tokens=watch.cached_tokens,
     )
 
 
@@ -106,4 +127,5 @@ def body_result(opened: Opened, facts: Facts, prompt: int) -> Finished:
         ttft_s=None,
         tpot_s=None,
         e2e_s=time.perf_counter() - opened.started_s,
+        cached_tokens=facts.cached_tokens or 0,
     )

@@ -106,7 +106,7 @@ class Router:
         """Serve one request, start to end (the module's docstring lists the steps)."""
         record.route, record.tenant = request, request.tenant
         with tracing.span("admission"):
-            await self.admission.admit_tenant(request)
+            await self.admission.admit_tenant(request, record)
         try:
             routed = await self._route(request, call, record, receive)
         except ClientGone:
@@ -116,7 +116,7 @@ class Router:
         else:
             await self._respond(routed, request, call, record, receive, send)
         finally:
-            self.admission.finished(request)
+            self.admission.finished(request, record)
 
     async def _route(
         self, request: RouteRequest, call: UpstreamCall, record: RequestRecord, receive: Receive

@@ -42,6 +42,7 @@ class Facts(NamedTuple):
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     response_id: str | None = None  # a stored response's id (Responses only)
+    cached_tokens: int | None = None  # prompt tokens read from the provider's prompt cache
 
 
 class StreamGrammar(Protocol):
@@ -69,6 +70,9 @@ class StreamGrammar(Protocol):
 
     @property
     def output_tokens(self) -> int: ...
+
+    @property
+    def cached_tokens(self) -> int: ...
 
     def feed(self, chunk: bytes) -> bytes:
         """Watch a chunk as read; returns the whole events to send (restamped)."""
@@ -106,6 +110,7 @@ class EventWatch:
     content_events: int = 0
     reported_prompt_tokens: int | None = None
     reported_output_tokens: int | None = None
+    reported_cached_tokens: int | None = None
     done: bool = False
     upstream_error: bool = False
     error_status: int = 0  # what the upstream's error event stands for, as an HTTP status
@@ -136,6 +141,10 @@ class EventWatch:
     def output_tokens(self) -> int:
         reported = self.reported_output_tokens
         return reported if reported is not None else self.content_events
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.reported_cached_tokens or 0
 
     @property
     def tpot_s(self) -> float | None:
@@ -241,6 +250,12 @@ def dumps(payload: Mapping[str, Any]) -> bytes:
 
 def number(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def nested_number(usage: Mapping[str, Any], details: str, name: str) -> int | None:
+    """`usage[details][name]` when it is an integer (`prompt_tokens_details.cached_tokens`)."""
+    inner = usage.get(details)
+    return number(inner.get(name)) if isinstance(inner, dict) else None
 
 
 def _whole(event: bytes) -> bool:

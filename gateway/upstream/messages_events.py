@@ -98,6 +98,7 @@ class MessagesWatch(EventWatch):
         usage = message.get("usage")  # its output_tokens is a placeholder: message_delta counts
         if isinstance(usage, dict) and prompt_tokens(usage):
             self.reported_prompt_tokens = prompt_tokens(usage)
+            self.reported_cached_tokens = number(usage.get("cache_read_input_tokens"))
         if self.public_model is None or message.get("model") == self.public_model:
             return event
         message["model"] = self.public_model
@@ -109,6 +110,7 @@ class MessagesWatch(EventWatch):
         prompt = prompt_tokens(usage)
         if prompt:
             self.reported_prompt_tokens = prompt
+            self.reported_cached_tokens = number(usage.get("cache_read_input_tokens"))
         output = number(usage.get("output_tokens"))
         if output is not None:
             self.reported_output_tokens = output
@@ -143,7 +145,8 @@ def messages_facts(body: Mapping[str, Any]) -> Facts:
     usage = body.get("usage")
     if not isinstance(usage, dict):
         return Facts()
-    return Facts(prompt_tokens(usage), number(usage.get("output_tokens")))
+    cached = number(usage.get("cache_read_input_tokens"))
+    return Facts(prompt_tokens(usage), number(usage.get("output_tokens")), cached_tokens=cached)
 
 
 MESSAGES = Grammar("messages", MessagesWatch, messages_facts)

@@ -31,6 +31,7 @@ from gateway.upstream.grammar import (
     data_of,
     frame,
     joined,
+    nested_number,
     number,
     parsed,
     with_data,
@@ -107,6 +108,7 @@ class ResponsesWatch(EventWatch):
         facts = responses_facts(response)
         self.reported_prompt_tokens = facts.prompt_tokens
         self.reported_output_tokens = facts.output_tokens
+        self.reported_cached_tokens = facts.cached_tokens
         if kind == "response.failed":
             error = response.get("error")
             self._error(error.get("code") if isinstance(error, dict) else None)
@@ -165,7 +167,12 @@ def responses_facts(body: Mapping[str, Any]) -> Facts:
     response_id = body.get("id") if isinstance(body.get("id"), str) else None
     if not isinstance(usage, dict):
         return Facts(response_id=response_id)
-    return Facts(number(usage.get("input_tokens")), number(usage.get("output_tokens")), response_id)
+    return Facts(
+        number(usage.get("input_tokens")),
+        number(usage.get("output_tokens")),
+        response_id,
+        nested_number(usage, "input_tokens_details", "cached_tokens"),
+    )
 
 
 RESPONSES = Grammar("responses", ResponsesWatch, responses_facts)

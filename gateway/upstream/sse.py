@@ -25,6 +25,7 @@ from gateway.upstream.grammar import (
     dumps,
     dumps_value,
     joined,
+    nested_number,
     number,
 )
 
@@ -82,6 +83,7 @@ class StreamWatch(EventWatch):
             self.usage = body["usage"]
             self.reported_prompt_tokens = number(self.usage.get("prompt_tokens"))
             self.reported_output_tokens = number(self.usage.get("completion_tokens"))
+            self.reported_cached_tokens = cached_tokens(self.usage)
         if "error" in body:
             self.upstream_error = True
         if _has_content(body):
@@ -140,7 +142,15 @@ def chat_facts(body: Mapping[str, Any]) -> Facts:
     usage = body.get("usage")
     if not isinstance(usage, dict):
         return Facts()
-    return Facts(number(usage.get("prompt_tokens")), number(usage.get("completion_tokens")))
+    return Facts(
+        number(usage.get("prompt_tokens")),
+        number(usage.get("completion_tokens")),
+        cached_tokens=cached_tokens(usage),
+    )
+
+
+def cached_tokens(usage: Mapping[str, Any]) -> int | None:
+    return nested_number(usage, "prompt_tokens_details", "cached_tokens")
 
 
 CHAT = Grammar("chat", StreamWatch, chat_facts)
