@@ -242,7 +242,11 @@ class AdmissionControl(Generic[W]):
         ):
             return ADMITTED
         quota = _quota(limits)
+        # Capped at the limit: a request bigger than the whole window (max_tokens 1000 under a
+        # limit of 200) is admitted into an empty window, and settles on what it really used.
         reserved = route.prompt_tokens + (route.max_tokens or 0)
+        if quota.tokens is not None:
+            reserved = min(reserved, quota.tokens)
         admission = await self.store.admit_tenant(
             route.tenant,
             route.request_id,
