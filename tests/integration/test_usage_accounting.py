@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterator
+import math
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import httpx
 import pytest
 from anthropic import Anthropic
 from openai import OpenAI, RateLimitError
+from openai.types.chat import ChatCompletionMessageParam
 
 from gateway.config.settings import Price
 from gateway.core import tokens
@@ -34,7 +37,9 @@ from tests.fixtures.gateway import (
 
 pytestmark = pytest.mark.integration
 PRICE = {"input_per_1m": 0.5, "output_per_1m": 1.5, "cached_input_per_1m": 0.05}
-MESSAGES = [{"role": "user", "content": "Tell me about tokens please"}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Tell me about tokens please"}
+]
 
 
 def tenant_limits(data: dict[str, Any], tenant: str, **fields: Any) -> dict[str, Any]:
@@ -64,10 +69,10 @@ def client(base_url: str, key: str = TENANT_KEY) -> OpenAI:
 
 
 def reserved(body: dict[str, Any]) -> int:
-    return tokens.estimate_prompt_tokens(body) + body.get("max_tokens", 0)
+    return tokens.estimate_prompt_tokens(body) + int(body.get("max_tokens", 0))
 
 
-def remaining(headers: httpx.Headers) -> int:
+def remaining(headers: Mapping[str, str]) -> int:
     return int(headers["x-ratelimit-remaining-tokens"])
 
 
@@ -88,8 +93,9 @@ def test_token_window_holds_real_usage_whatever_the_estimate(gateway: str) -> No
         if used is None:  # the window may hold other tests' requests: start from here
             used = 100_000 - remaining(raw.headers) - reserved(body)
         assert remaining(raw.headers) == 100_000 - used - reserved(body)
+        parsed: Any = raw.parse()
         if extra.get("stream"):
-            chunks = list(raw.parse())
+            chunks = list(parsed)
             reported = [c.usage for c in chunks if c.usage is not None]
             if reported:
                 used += reported[0].prompt_tokens + reported[0].completion_tokens
@@ -98,9 +104,8 @@ def test_token_window_holds_real_usage_whatever_the_estimate(gateway: str) -> No
                     1 for c in chunks if c.choices and c.choices[0].delta.content
                 )
         else:
-            answer = raw.parse()
-            assert answer.usage is not None
-            used += answer.usage.prompt_tokens + answer.usage.completion_tokens
+            assert parsed.usage is not None
+            used += parsed.usage.prompt_tokens + parsed.usage.completion_tokens
     assert raw.headers["x-ratelimit-limit-tokens"] == "100000"
     assert raw.headers["x-ratelimit-limit-requests"] == "1000"
     assert raw.headers["x-ratelimit-reset-tokens"].endswith("s")
@@ -173,8 +178,10 @@ def test_admin_usage_groups_and_prices_what_was_used(gateway: str) -> None:
     assert float(rows["zeta"]["cost_usd"]) == pytest.approx(sum(g["cost_usd"] for g in zeta))
     metrics = httpx.get(gateway + "/metrics").text
     after = zeta_totals(gateway)  # the counters count what the buckets hold
-    cached = counter_sum(metrics, "slo_gateway_usage_tokens_total", tenant="zeta", kind="cached")
-    assert cached == after["cached_tokens"]
+    cached_total = counter_sum(
+        metrics, "slo_gateway_usage_tokens_total", tenant="zeta", kind="cached"
+    )
+    assert cached_total == after["cached_tokens"]
     cost = counter_sum(metrics, "slo_gateway_usage_cost_usd_total", tenant="zeta")
     assert cost == pytest.approx(after["cost_pusd"] / 1e12)
     requests = counter_sum(metrics, "slo_gateway_usage_requests_total", tenant="zeta")
@@ -246,3 +253,22 @@ def test_openai_sdk_sees_a_refusal_as_rate_limit_error(gateway: str) -> None:
             model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=150_000
         )  # bigger than the window: capped at the limit, refused only because it is not empty
     assert refused.value.code == "tenant_token_limited"
+
+
+def test_budget_refuses_with_retry_after_until_midnight_and_alerts_once() -> None:
+    budget = {"usd_per_day": 0.000001, "soft_alert_fraction": 0.5}
+    with fleet_member(engine()) as engine_url:
+        data = config([endpoint("e1", engine_url, price=PRICE)])
+        with running_gateway(tenant_limits(data, "acme", budget=budget)) as server:
+            sdk = client(server.base_url)
+            sdk.chat.completions.create(model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=3)
+            with pytest.raises(RateLimitError) as refused:
+                sdk.chat.completions.create(model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=3)
+            metrics = httpx.get(server.base_url + "/metrics").text
+    error = refused.value
+    assert error.code == "tenant_budget_exceeded"
+    assert error.type == "rate_limit_error"
+    now = time.time()
+    until_midnight = (math.floor(now / 86400) + 1) * 86400 - now
+    assert abs(int(error.response.headers["retry-after"]) - until_midnight) <= 5
+    assert counter_sum(metrics, "slo_gateway_budget_alerts_total", tenant="acme") == 1
