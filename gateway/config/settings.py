@@ -65,6 +65,11 @@ class EndpointConfig(_Strict):
     kind: Literal["vllm", "openai"]
     base_url: str = Field(description="OpenAI base URL, including /v1")
     models: dict[str, str] = Field(min_length=1, description="public model name -> upstream name")
+    provider: str | None = Field(
+        None,
+        description="gen_ai.provider.name on spans (openai, anthropic, ...); default: from the "
+        "base URL's host, else the kind",
+    )
     # Filled by kind when absent (`_default_apis`); the default only keeps it optional in the
     # JSON schema (the Helm chart's values.schema.json).
     apis: list[Api] = Field(

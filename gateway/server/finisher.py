@@ -21,7 +21,7 @@ from gateway.state.view import SharedView
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import Finished, RequestRecord
 from gateway.upstream.client import Opened
-from gateway.upstream.grammar import Facts, StreamGrammar
+from gateway.upstream.grammar import UNDESCRIBED, Described, Facts, StreamGrammar
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import HealthChecker
 from policies.base import RouteRequest
@@ -113,10 +113,15 @@ def stream_result(opened: Opened, watch: StreamGrammar, outcome: str, prompt: in
         tpot_s=watch.tpot_s,
         e2e_s=time.perf_counter() - opened.started_s,
         cached_tokens=watch.cached_tokens,
+        response_id=watch.described.upstream_id,
+        response_model=watch.described.model,
+        finish_reasons=watch.described.finish_reasons,
     )
 
 
-def body_result(opened: Opened, facts: Facts, prompt: int) -> Finished:
+def body_result(
+    opened: Opened, facts: Facts, prompt: int, described: Described = UNDESCRIBED
+) -> Finished:
     """A whole answer: no TTFT; tokens from what its grammar read in the body (`facts`)."""
     status = opened.status
     return Finished(
@@ -128,4 +133,7 @@ def body_result(opened: Opened, facts: Facts, prompt: int) -> Finished:
         tpot_s=None,
         e2e_s=time.perf_counter() - opened.started_s,
         cached_tokens=facts.cached_tokens or 0,
+        response_id=described.upstream_id,
+        response_model=described.model,
+        finish_reasons=described.finish_reasons,
     )

@@ -46,7 +46,7 @@ from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import Opened, Upstream, UpstreamCall
 from gateway.upstream.departure import Departure
-from gateway.upstream.grammar import Facts, parse_whole, restamp_whole
+from gateway.upstream.grammar import UNDESCRIBED, Facts, describe, parse_whole, restamp_whole
 from gateway.upstream.redaction import Redactor
 from gateway.upstream.relay import client_disconnected, commit, relay
 from gateway.watch.endpoints import Registry
@@ -167,7 +167,8 @@ class Router:
     ) -> None:
         whole = parse_whole(opened.first) if opened.status < 300 else None
         facts = call.grammar.facts(whole) if whole is not None else Facts()
-        result = body_result(opened, facts, request.prompt_tokens)
+        described = describe(whole) if whole is not None else UNDESCRIBED
+        result = body_result(opened, facts, request.prompt_tokens, described)
         self.finisher.finish(opened, request, result, record)
         body = self.redactor.body(opened.status, opened.first)
         if whole is not None and self.server.response_model == "public":

@@ -31,6 +31,9 @@ class Finished:
     tpot_s: float | None
     e2e_s: float
     cached_tokens: int = 0  # of prompt_tokens, read from the provider's prompt cache
+    response_id: str | None = None  # what the answer says of itself (gen_ai.response.*)
+    response_model: str | None = None
+    finish_reasons: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
