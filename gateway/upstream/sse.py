@@ -30,7 +30,13 @@ from gateway.upstream.grammar import (
 )
 
 _DONE = b"data: [DONE]"
-_FINISHED = b'"finish_reason":"'  # a choice's last chunk (`null` on every other one)
+
+
+def _finishes(data: bytes) -> bool:
+    """A choice's last chunk: its finish_reason is a string (`null` on every other one)."""
+    return b'"finish_reason":"' in data or b'"finish_reason": "' in data
+
+
 # A non-empty string value for "content" or "text", or any tool-call delta.
 _CONTENT = re.compile(rb'"(?:content|text)":\s*"(?!")|"tool_calls":\s*\[')
 
@@ -70,7 +76,7 @@ class StreamWatch(EventWatch):
             self.first_token_s is None
             or b'"usage"' in event
             or b'"error"' in event
-            or _FINISHED in event
+            or _finishes(event)
         ):
             self._parse(event, now)
         elif _CONTENT.search(event):
@@ -85,7 +91,7 @@ class StreamWatch(EventWatch):
             return
         if self.public_model is not None and self._old_model is None:
             self._learn_model(event)
-        if self.described.upstream_id is None or _FINISHED in event:
+        if self.described.upstream_id is None or _finishes(event):
             self._describe(body)
         if isinstance(body.get("usage"), dict):
             self.usage = body["usage"]
@@ -117,7 +123,7 @@ def routine_events(chunk: bytes) -> int:
     events = chunk.count(b"\n\n")
     if not events or not chunk.endswith(b"\n\n") or chunk.count(b"\n") != 2 * events:
         return 0
-    if b'"usage"' in chunk or b'"error"' in chunk or b"[DONE]" in chunk or _FINISHED in chunk:
+    if b'"usage"' in chunk or b'"error"' in chunk or b"[DONE]" in chunk or _finishes(chunk):
         return 0
     hits = (
         chunk.count(b'"content":"')
