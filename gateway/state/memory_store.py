@@ -43,6 +43,7 @@ class MemoryStatsStore:
         self._spend: dict[tuple[str, str, int], int] = {}  # (tenant, "d" | "m", index) -> pUSD
         self._alerts: set[tuple[str, str, int]] = set()
         self._usage: dict[tuple[str, int], dict[str, int]] = {}  # (tenant, hour) -> fields
+        self._usage_hour = 0
         self.window_s = window_s
         self.bucket_s = bucket_s
         self.half_life_s = half_life_s or window_s / 4
@@ -159,7 +160,9 @@ class MemoryStatsStore:
         if line is not None:
             hour = usage.hour_index(at)
             usage.add_fields(self._usage.setdefault((tenant, hour), {}), line.fields().items())
-            self._expire_usage(hour)
+            if hour != self._usage_hour:  # a new hour: the oldest may have left the retention
+                self._usage_hour = hour
+                self._expire_usage(hour)
 
     async def usage(
         self, tenants: Sequence[str], *, since_hour: int, until_hour: int

@@ -32,9 +32,12 @@ from gateway.upstream.grammar import (
 _DONE = b"data: [DONE]"
 
 
+_FINISH = b'"finish_reason":"'
+
+
 def _finishes(data: bytes) -> bool:
     """A choice's last chunk: its finish_reason is a string (`null` on every other one)."""
-    return b'"finish_reason":"' in data or b'"finish_reason": "' in data
+    return _FINISH in data or b'"finish_reason": "' in data
 
 
 # A non-empty string value for "content" or "text", or any tool-call delta.
@@ -123,7 +126,8 @@ def routine_events(chunk: bytes) -> int:
     events = chunk.count(b"\n\n")
     if not events or not chunk.endswith(b"\n\n") or chunk.count(b"\n") != 2 * events:
         return 0
-    if b'"usage"' in chunk or b'"error"' in chunk or b"[DONE]" in chunk or _finishes(chunk):
+    # Routine chunks are compact JSON (the content counts below are): one search for a finish.
+    if b'"usage"' in chunk or b'"error"' in chunk or b"[DONE]" in chunk or _FINISH in chunk:
         return 0
     hits = (
         chunk.count(b'"content":"')
