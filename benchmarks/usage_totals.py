@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 import yaml
 from openai import AsyncOpenAI
 
@@ -86,12 +87,12 @@ async def one(sdk: AsyncOpenAI, n: int, sums: Sums, prices: dict[str, Price]) ->
             stream_options={"include_usage": True},
             **extra,
         )
-        usage = [c.usage async for c in await raw.parse() if c.usage is not None][-1]
+        usage = [c.usage async for c in raw.parse() if c.usage is not None][-1]
     else:
         raw = await sdk.chat.completions.with_raw_response.create(
             model="llama-3-8b", messages=messages, **extra
         )
-        usage = (await raw.parse()).usage
+        usage = raw.parse().usage
     endpoint = raw.headers["x-slo-gateway-endpoint"]
     details = usage.prompt_tokens_details
     cached = (details.cached_tokens or 0) if details else 0
@@ -181,7 +182,19 @@ async def run(args: argparse.Namespace) -> int:
                 process.wait(20)
             stop.set()
             await fleet_task
+            if args.redis_url:
+                forget(args.redis_url, env["GATEWAY_REDIS_PREFIX"])
     return report(sums, views, args, replicas)
+
+
+def forget(redis_url: str, prefix: str) -> None:
+    """The run's keys go (they would expire, usage buckets only after the retention)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for key in client.scan_iter(match=f"{prefix}*"):
+            client.delete(key)
+    finally:
+        client.close()
 
 
 def usage_view(url: str) -> dict[str, dict[str, Any]]:
