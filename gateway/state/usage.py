@@ -11,14 +11,17 @@ a day is `floor(now / 86400)`, a month `year * 12 + month - 1`.
 
 Usage buckets: one hash per tenant and UTC hour, one field per (class, model, endpoint, metric),
 so one settlement touches only its tenant's keys (one Redis Cluster slot, one script).
+
+The records are NamedTuples, not frozen dataclasses: one of each is made per request, and a
+frozen dataclass's __init__ costs several times more.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import NamedTuple
 
 PUSD = 1e12  # pico-USD per USD
@@ -28,8 +31,7 @@ METRICS = ("requests", "prompt_tokens", "cached_tokens", "completion_tokens", "c
 _SEP = "\x1f"  # between a usage field's parts: no model or endpoint name contains it
 
 
-@dataclass(frozen=True, slots=True)
-class BudgetQuota:
+class BudgetQuota(NamedTuple):
     """A tenant's spend limits in pico-USD (None: no limit) and its soft alert fraction."""
 
     day_pusd: int | None = None
@@ -43,8 +45,7 @@ class BudgetQuota:
         return math.ceil(limit * self.soft_fraction)
 
 
-@dataclass(frozen=True, slots=True)
-class UsageLine:
+class UsageLine(NamedTuple):
     """What one request used, under the group it is accounted to."""
 
     slo_class: str
@@ -68,8 +69,14 @@ class UsageLine:
         return {f"{group}{_SEP}{metric}": n for metric, n in zip(METRICS, amounts, strict=True)}
 
 
-@dataclass(frozen=True, slots=True)
-class Settlement:
+@lru_cache(maxsize=4096)
+def field_names(slo_class: str, model: str, endpoint: str) -> tuple[str, ...]:
+    """A group's usage-bucket field names, one per metric (made once per group)."""
+    group = _SEP.join((slo_class, model, endpoint))
+    return tuple(f"{group}{_SEP}{metric}" for metric in METRICS)
+
+
+class Settlement(NamedTuple):
     """A finished request, settled in one write: the token reservation corrected to real usage
     (`token_delta` added to the slot it was charged to), the spend and the usage buckets."""
 
@@ -96,7 +103,13 @@ def day_index(now: float) -> int:
 
 
 def month_index(now: float) -> int:
-    moment = datetime.fromtimestamp(now, UTC)
+    return _month_of_day(day_index(now))
+
+
+@lru_cache(maxsize=64)
+def _month_of_day(day: int) -> int:
+    """Every request settles in a month: computed once a day, not per request."""
+    moment = datetime.fromtimestamp(day * DAY_S, UTC)
     return moment.year * 12 + moment.month - 1
 
 
