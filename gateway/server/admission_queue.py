@@ -9,6 +9,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from gateway.config.settings import TenantBudget, TenantLimits
 from gateway.core.admission_control import (
@@ -56,6 +57,7 @@ class Admission:
         )
         self.metrics = metrics
         self.states = self.control.states
+        self._budgeted = _budgeted(budgets)  # tenants whose soft alerts are listened for
         self._wake = asyncio.Event()
 
     def reconfigure(
@@ -65,6 +67,7 @@ class Admission:
         budgets: Mapping[str, TenantBudget | None] | None = None,
     ) -> None:
         self.control.reconfigure(params, limits, budgets)
+        self._budgeted = _budgeted(budgets)
 
     def footprint(self, route: RouteRequest) -> int:
         return self.control.footprint(route)
@@ -136,8 +139,8 @@ class Admission:
         now = time.time()
         self.control.finished(route, now)
         ticket = TenantTicket(None, record.reserved_slot, record.reserved_tokens)
-        line = usage_line(route, record)
-        self.control.settle(route, ticket, line, now, lambda window: self._alert(route, window))
+        alerted = partial(self._alert, route) if route.tenant in self._budgeted else None
+        self.control.settle(route, ticket, usage_line(route, record), now, alerted)
 
     def _alert(self, route: RouteRequest, window: str) -> None:
         budget = self.control.budgets.get(route.tenant)
@@ -150,6 +153,10 @@ class Admission:
             window,
         )
         self.metrics.budget_alerts.labels(route.tenant, window).inc()
+
+
+def _budgeted(budgets: Mapping[str, TenantBudget | None] | None) -> frozenset[str]:
+    return frozenset(name for name, budget in (budgets or {}).items() if budget is not None)
 
 
 def usage_line(route: RouteRequest, record: RequestRecord) -> UsageLine | None:

@@ -144,25 +144,31 @@ class MemoryStatsStore:
         if settlement.token_slot is not None and settlement.token_slot in slots:
             slots[settlement.token_slot] += settlement.token_delta
         line = settlement.usage
-        budget = settlement.budget or BudgetQuota()
-        windows = (
-            ("d", usage.day_index(at), budget.day_pusd),
-            ("m", usage.month_index(at), budget.month_pusd),
-        )
-        for window_name, index, limit in windows:
-            key = (tenant, window_name, index)
-            self._spend[key] = spent = self._spend.get(key, 0) + (line.cost_pusd if line else 0)
-            soft = budget.soft(limit)
-            if soft is not None and spent >= soft and key not in self._alerts:
-                self._alerts.add(key)
-                if alerted is not None:
-                    alerted("day" if window_name == "d" else "month")
+        cost = line.cost_pusd if line else 0
+        if cost or settlement.budget is not None:  # nothing to spend or watch otherwise
+            self._spend_in(tenant, at, cost, settlement.budget or BudgetQuota(), alerted)
         if line is not None:
             hour = usage.hour_index(at)
             usage.add_fields(self._usage.setdefault((tenant, hour), {}), line.fields().items())
             if hour != self._usage_hour:  # a new hour: the oldest may have left the retention
                 self._usage_hour = hour
                 self._expire_usage(hour)
+
+    def _spend_in(
+        self, tenant: str, at: float, cost: int, budget: BudgetQuota, alerted: Alerted | None
+    ) -> None:
+        windows = (
+            ("d", usage.day_index(at), budget.day_pusd),
+            ("m", usage.month_index(at), budget.month_pusd),
+        )
+        for window_name, index, limit in windows:
+            key = (tenant, window_name, index)
+            self._spend[key] = spent = self._spend.get(key, 0) + cost
+            soft = budget.soft(limit)
+            if soft is not None and spent >= soft and key not in self._alerts:
+                self._alerts.add(key)
+                if alerted is not None:
+                    alerted("day" if window_name == "d" else "month")
 
     async def usage(
         self, tenants: Sequence[str], *, since_hour: int, until_hour: int

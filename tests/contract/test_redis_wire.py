@@ -115,6 +115,15 @@ async def test_every_key_has_a_ttl(redis_client: Redis, redis_url: str, key_pref
     assert await redis_client.pttl(store.keys.health("c")) > 3600_000
 
 
+async def test_a_tenants_keys_share_one_cluster_slot(redis_client: Redis, key_prefix: str) -> None:
+    """The admission and settlement scripts touch them together."""
+    store = RedisStatsStore(redis_client, prefix=key_prefix)
+    await exercise_every_key(store)
+    found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}{{tenant:acme}}*")]
+    assert len(found) == 7  # requests, tokens, concurrency, day and month spend, alert, usage
+    assert len({key_slot(key) for key in found}) == 1
+
+
 async def test_an_endpoints_keys_share_one_cluster_slot(
     redis_client: Redis, key_prefix: str
 ) -> None:

@@ -4,6 +4,7 @@ the usage counters."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import io
 import math
@@ -17,7 +18,7 @@ from anthropic import Anthropic
 from openai import OpenAI, RateLimitError
 from openai.types.chat import ChatCompletionMessageParam
 
-from gateway.config.settings import Price
+from gateway.config.settings import Price, parse_config
 from gateway.core import tokens
 from gateway.core.usage import cost_pusd
 from tests.fixtures.gateway import (
@@ -33,6 +34,7 @@ from tests.fixtures.gateway import (
     fleet_member,
     provider,
     running_gateway,
+    runtime_of,
 )
 
 pytestmark = pytest.mark.integration
@@ -272,3 +274,17 @@ def test_budget_refuses_with_retry_after_until_midnight_and_alerts_once() -> Non
     until_midnight = (math.floor(now / 86400) + 1) * 86400 - now
     assert abs(int(error.response.headers["retry-after"]) - until_midnight) <= 5
     assert counter_sum(metrics, "slo_gateway_budget_alerts_total", tenant="acme") == 1
+
+
+def test_a_budget_applies_on_reload() -> None:
+    with fleet_member(engine()) as engine_url:
+        data = config([endpoint("e1", engine_url, price=PRICE)])
+        with running_gateway(data) as server:
+            sdk = client(server.base_url)
+            for _ in range(2):  # no budget: both served
+                sdk.chat.completions.create(model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=2)
+            budgeted = tenant_limits(copy.deepcopy(data), "acme", budget={"usd_per_day": 1e-6})
+            runtime_of(server).apply(parse_config(budgeted, "test"))
+            with pytest.raises(RateLimitError) as refused:  # the day's spend is already over
+                sdk.chat.completions.create(model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=2)
+    assert refused.value.code == "tenant_budget_exceeded"
