@@ -62,6 +62,7 @@ class Reason(StrEnum):
     TENANT_RATE_LIMITED = "tenant_rate_limited"
     TENANT_TOKEN_LIMITED = "tenant_token_limited"
     TENANT_CONCURRENCY_LIMITED = "tenant_concurrency_limited"
+    TENANT_BUDGET_EXCEEDED = "tenant_budget_exceeded"
     SATURATED = "saturated"
     RESERVED_FOR_HIGHER_PRIORITY = "reserved_for_higher_priority"
     DEADLINE_UNREACHABLE = "deadline_unreachable"

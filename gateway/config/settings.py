@@ -65,6 +65,11 @@ class EndpointConfig(_Strict):
     kind: Literal["vllm", "openai"]
     base_url: str = Field(description="OpenAI base URL, including /v1")
     models: dict[str, str] = Field(min_length=1, description="public model name -> upstream name")
+    provider: str | None = Field(
+        None,
+        description="gen_ai.provider.name on spans (openai, anthropic, ...); default: from the "
+        "base URL's host, else the kind",
+    )
     # Filled by kind when absent (`_default_apis`); the default only keeps it optional in the
     # JSON schema (the Helm chart's values.schema.json).
     apis: list[Api] = Field(
@@ -130,12 +135,23 @@ class TenantLimits(_Strict):
     max_concurrent: int | None = Field(None, ge=1)
 
 
+class TenantBudget(_Strict):
+    """Spend limits per UTC day and month, in USD at the endpoints' prices (docs/operations.md)."""
+
+    usd_per_day: float | None = Field(None, gt=0)
+    usd_per_month: float | None = Field(None, gt=0)
+    soft_alert_fraction: float | None = Field(
+        None, gt=0, le=1, description="log and count once per window when spend crosses this"
+    )
+
+
 class TenantConfig(_Strict):
     api_key_env: str | None = None
     api_key_sha256: list[str] = Field(default_factory=list)
     allowed_classes: list[str] = Field(min_length=1)
     default_class: str
     limits: TenantLimits = TenantLimits()
+    budget: TenantBudget | None = None
     # Whether `x-slo-ttft-ms` / `x-slo-tpot-ms` may tighten (never loosen) the class's targets.
     slo_hints: bool = False
     # The class's engine_priority / service_tier replace the client's own `priority` /
@@ -222,6 +238,7 @@ class StateConfig(_Strict):
     health_interval_s: float = Field(5.0, gt=0)
     breaker_failures: int = Field(5, ge=1, description="consecutive failures that open it")
     breaker_cooldown_s: float = Field(10.0, gt=0)
+    usage_retention_days: float = Field(35.0, gt=0, description="hourly usage buckets kept")
 
 
 class GatewayConfig(_Strict):

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from gateway.config.settings import TenantLimits
+from gateway.config.settings import TenantBudget, TenantLimits
+from gateway.core import usage
 from gateway.errors import Rejected
 from gateway.state.background import Spawn
-from gateway.state.store import StatsStore, TenantQuota
+from gateway.state.store import Alerted, StatsStore, TenantAdmission, TenantQuota
+from gateway.state.usage import BudgetQuota, Settlement, UsageLine
 from policies.admission import (
     AdmissionParams,
     Admit,
@@ -45,11 +48,14 @@ TENANT_REASONS = {
     "requests": Reason.TENANT_RATE_LIMITED,
     "tokens": Reason.TENANT_TOKEN_LIMITED,
     "concurrency": Reason.TENANT_CONCURRENCY_LIMITED,
+    "budget": Reason.TENANT_BUDGET_EXCEEDED,
 }
 _MESSAGES = {
     Reason.TENANT_RATE_LIMITED: "Your tenant's request rate limit is reached; retry later.",
     Reason.TENANT_TOKEN_LIMITED: "Your tenant's token rate limit is reached; retry later.",
     Reason.TENANT_CONCURRENCY_LIMITED: "Too many concurrent requests for your tenant.",
+    Reason.TENANT_BUDGET_EXCEEDED: "Your tenant's spend budget for this UTC day or month is "
+    "used up; retry after Retry-After, when the window resets, or ask for a larger budget.",
     Reason.SATURATED: "Every endpoint for this model is saturated; retry later.",
     Reason.RESERVED_FOR_HIGHER_PRIORITY: "Remaining capacity is reserved for higher priority "
     "classes; retry later.",
@@ -68,6 +74,20 @@ class Waiting(Protocol):
 
 
 W = TypeVar("W", bound=Waiting)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantTicket:
+    """A tenant admission: the refusal (None: admitted), the tokens reserved and the window
+    slot they went to (settled there at the end), and the x-ratelimit-* headers."""
+
+    reject: Reject | None = None
+    slot: int | None = None
+    reserved: int = 0
+    headers: usage.Headers = ()
+
+
+ADMITTED = TenantTicket()
 Pool = tuple[Sequence[EndpointSnapshot], dict[str, Saturation]]  # snapshots, saturation
 
 
@@ -81,21 +101,33 @@ class AdmissionControl(Generic[W]):
         store: StatsStore,
         spawn: Spawn,
         lease_ttl_s: float,
+        budgets: Mapping[str, TenantBudget | None] | None = None,
+        write: Spawn | None = None,
     ) -> None:
+        """`write`: how settlements are sent (default `spawn`; the caller's own call when the
+        store only queues them)."""
         self.params = params
         self.limits = limits
+        self.budgets = budgets or {}
         self.store = store
         self.spawn = spawn
+        self.write = write or spawn
         self.lease_ttl_s = lease_ttl_s
         self.states: dict[str, Saturation] = {}
         self.queue: DeadlineQueue[W] = DeadlineQueue(params.queue_max_size)
         self.queued: Counter[str] = Counter()  # waiting requests per model
         self._largest_pool_tokens: int | None = None  # the largest engine KV pool scraped
 
-    def reconfigure(self, params: AdmissionParams, limits: Mapping[str, TenantLimits]) -> None:
+    def reconfigure(
+        self,
+        params: AdmissionParams,
+        limits: Mapping[str, TenantLimits],
+        budgets: Mapping[str, TenantBudget | None] | None = None,
+    ) -> None:
         """New parameters for new decisions; the queue keeps its waiters."""
         self.params = params
         self.limits = limits
+        self.budgets = budgets or {}
         self.queue.max_size = params.queue_max_size
 
     def saturation(self, snapshots: Sequence[EndpointSnapshot]) -> dict[str, Saturation]:
@@ -196,30 +228,87 @@ class AdmissionControl(Generic[W]):
         return expired, dispatched
 
     async def admit_tenant(self, route: RouteRequest, now: float) -> Reject | None:
-        """Every limit of the tenant in one atomic call to the shared store (one round trip);
-        None when admitted."""
+        """None when admitted (see `tenant_ticket`)."""
+        return (await self.tenant_ticket(route, now)).reject
+
+    async def tenant_ticket(self, route: RouteRequest, now: float) -> TenantTicket:
+        """Every limit and the budget of the tenant in one atomic call to the shared store
+        (one round trip); none for a tenant with neither."""
         limits = self.limits.get(route.tenant)
-        if limits is None or not (
-            limits.requests_per_min or limits.tokens_per_min or limits.max_concurrent
+        budget = usage.budget_quota(self.budgets.get(route.tenant))
+        if budget is None and (
+            limits is None
+            or not (limits.requests_per_min or limits.tokens_per_min or limits.max_concurrent)
         ):
-            return None
-        quota = TenantQuota(
-            limits.requests_per_min, limits.tokens_per_min, limits.max_concurrent, TENANT_WINDOW_S
-        )
-        verdict = await self.store.admit_tenant(
+            return ADMITTED
+        quota = _quota(limits)
+        # Capped at the limit: a request bigger than the whole window (max_tokens 1000 under a
+        # limit of 200) is admitted into an empty window, and settles on what it really used.
+        reserved = route.prompt_tokens + (route.max_tokens or 0)
+        if quota.tokens is not None:
+            reserved = min(reserved, quota.tokens)
+        admission = await self.store.admit_tenant(
             route.tenant,
             route.request_id,
-            tokens=route.prompt_tokens + (route.max_tokens or 0),
+            tokens=reserved,
             quota=quota,
             ttl_s=self.lease_ttl_s,
             now=now,
+            budget=budget,
         )
-        if verdict == "admitted":
-            return None
-        return Reject(429, TENANT_REASONS[verdict], TENANT_RETRY_AFTER_S)
+        headers = usage.limit_headers(quota, admission, now)
+        if admission.verdict == "admitted":
+            slot = admission.slot if quota.tokens is not None else None
+            return TenantTicket(None, slot, reserved, headers)
+        retry = _retry_after_s(quota, budget, admission, now)
+        return TenantTicket(Reject(429, TENANT_REASONS[admission.verdict], retry), headers=headers)
+
+    def settle(
+        self,
+        route: RouteRequest,
+        ticket: TenantTicket,
+        line: UsageLine | None,
+        now: float,
+        alerted: Alerted | None = None,
+    ) -> None:
+        """The finished request's real usage, in one background write: the reservation
+        corrected on its slot, the spend, the usage buckets (gateway/core/usage.py)."""
+        used = line.prompt_tokens + line.completion_tokens if line is not None else 0
+        settlement = Settlement(
+            route.tenant,
+            now,
+            ticket.slot,
+            used - ticket.reserved if ticket.slot is not None else 0,
+            TENANT_WINDOW_S,
+            line,
+            usage.budget_quota(self.budgets.get(route.tenant)),
+        )
+        self.write(self.store.settle(settlement, alerted))
 
     def finished(self, route: RouteRequest, now: float) -> None:
         """Give back the tenant's concurrency slot (a no-op for tenants without one)."""
         limits = self.limits.get(route.tenant)
         if limits is not None and limits.max_concurrent:
             self.spawn(self.store.release_tenant(route.tenant, route.request_id, now=now))
+
+
+def _quota(limits: TenantLimits | None) -> TenantQuota:
+    if limits is None:
+        return TenantQuota(window_s=TENANT_WINDOW_S)
+    return TenantQuota(
+        limits.requests_per_min, limits.tokens_per_min, limits.max_concurrent, TENANT_WINDOW_S
+    )
+
+
+def _retry_after_s(
+    quota: TenantQuota, budget: BudgetQuota | None, admission: TenantAdmission, now: float
+) -> float:
+    """When the limit that refused gives capacity back (a slot of the window, or the budget's
+    UTC day or month)."""
+    if admission.verdict == "budget" and budget is not None:
+        return usage.budget_retry_after_s(budget, admission, now)
+    oldest = {"requests": admission.requests_oldest, "tokens": admission.tokens_oldest}
+    if admission.verdict in oldest:
+        reset = usage.reset_s(oldest[admission.verdict], quota.window_s, now)
+        return reset if reset > 0 else TENANT_RETRY_AFTER_S
+    return TENANT_RETRY_AFTER_S

@@ -9,18 +9,23 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
-from gateway.config.settings import TenantLimits
+from gateway.config.settings import TenantBudget, TenantLimits
 from gateway.core.admission_control import (
     DISPATCH_TICK_S,
     AdmissionControl,
     Snapshots,
+    TenantTicket,
     rejection,
 )
 from gateway.errors import Rejected
-from gateway.state.background import Background
+from gateway.state.background import Background, run_now
+from gateway.state.resilient import writes_at_once
 from gateway.state.store import StatsStore
-from gateway.telemetry.metrics import Metrics
+from gateway.state.usage import UsageLine
+from gateway.telemetry.metrics import Metrics, log
+from gateway.telemetry.record import RequestRecord
 from policies.admission import AdmissionParams, Admit, Reason, Reject
 from policies.base import EndpointSnapshot, RouteRequest
 
@@ -43,16 +48,26 @@ class Admission:
         metrics: Metrics,
         background: Background,
         lease_ttl_s: float,
+        budgets: Mapping[str, TenantBudget | None] | None = None,
     ) -> None:
+        # Settlements only queue for the write-behind (or finish in memory): no task needed.
+        write = run_now if writes_at_once(store) else background.spawn
         self.control: AdmissionControl[_Waiter] = AdmissionControl(
-            params, limits, store, background.spawn, lease_ttl_s
+            params, limits, store, background.spawn, lease_ttl_s, budgets, write
         )
         self.metrics = metrics
         self.states = self.control.states
+        self._budgeted = _budgeted(budgets)  # tenants whose soft alerts are listened for
         self._wake = asyncio.Event()
 
-    def reconfigure(self, params: AdmissionParams, limits: Mapping[str, TenantLimits]) -> None:
-        self.control.reconfigure(params, limits)
+    def reconfigure(
+        self,
+        params: AdmissionParams,
+        limits: Mapping[str, TenantLimits],
+        budgets: Mapping[str, TenantBudget | None] | None = None,
+    ) -> None:
+        self.control.reconfigure(params, limits, budgets)
+        self._budgeted = _budgeted(budgets)
 
     def footprint(self, route: RouteRequest) -> int:
         return self.control.footprint(route)
@@ -109,10 +124,52 @@ class Admission:
             if not waiter.done.done():
                 waiter.done.set_result(None)
 
-    async def admit_tenant(self, route: RouteRequest) -> None:
-        rejected = await self.control.admit_tenant(route, time.time())
+    async def admit_tenant(self, route: RouteRequest, record: RequestRecord) -> None:
+        """Noted in the record: the reservation to settle and the limit headers, which every
+        answer carries (a refusal too: the middleware adds them)."""
+        ticket = await self.control.tenant_ticket(route, time.time())
+        record.reserved_slot, record.reserved_tokens = ticket.slot, ticket.reserved
+        record.limit_headers = ticket.headers
+        rejected = ticket.reject
         if rejected is not None:
             raise self._shed(route, rejected.status, rejected.reason, rejected.retry_after_s)
 
-    def finished(self, route: RouteRequest) -> None:
-        self.control.finished(route, time.time())
+    def finished(self, route: RouteRequest, record: RequestRecord) -> None:
+        """The tenant's concurrency slot back, and the request settled on what it used."""
+        now = time.time()
+        self.control.finished(route, now)
+        ticket = TenantTicket(None, record.reserved_slot, record.reserved_tokens)
+        alerted = partial(self._alert, route) if route.tenant in self._budgeted else None
+        self.control.settle(route, ticket, usage_line(route, record), now, alerted)
+
+    def _alert(self, route: RouteRequest, window: str) -> None:
+        budget = self.control.budgets.get(route.tenant)
+        fraction = budget.soft_alert_fraction if budget else None
+        log.warning(
+            "tenant %r crossed %s of its %s budget (UTC %s)",
+            route.tenant,
+            f"{fraction:.0%}" if fraction else "the soft alert",
+            "daily" if window == "day" else "monthly",
+            window,
+        )
+        self.metrics.budget_alerts.labels(route.tenant, window).inc()
+
+
+def _budgeted(budgets: Mapping[str, TenantBudget | None] | None) -> frozenset[str]:
+    return frozenset(name for name, budget in (budgets or {}).items() if budget is not None)
+
+
+def usage_line(route: RouteRequest, record: RequestRecord) -> UsageLine | None:
+    """What the request used (None when no upstream answered): see gateway/core/usage.py."""
+    result = record.result
+    if result is None or record.endpoint_id is None:
+        return None
+    return UsageLine(
+        route.slo.name,
+        route.model,
+        record.endpoint_id,
+        result.prompt_tokens,
+        result.cached_tokens or 0,
+        result.output_tokens,
+        record.cost_pusd,
+    )

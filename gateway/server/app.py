@@ -30,6 +30,7 @@ from gateway.server import (
     openai_routes,
     ops,
     responses_routes,
+    usage_routes,
 )
 from gateway.server.http_protocol import BODY_TIMED_OUT, too_slow
 from gateway.server.middleware import RequestMiddleware
@@ -100,6 +101,7 @@ def create_app(
         app.include_router(api.documented)
     app.include_router(model_routes.routes)
     app.include_router(ops.routes)
+    app.include_router(usage_routes.routes)
     app.include_router(dashboard.routes)
     logs = {"request_log": settings.request_log, "log_prompts": settings.log_prompts}
     app.add_middleware(RequestMiddleware, metrics=metrics, **logs)

@@ -1,13 +1,16 @@
 """`slo-gateway demo`: a simulated fleet and the gateway on 127.0.0.1, in one process.
 
 Two simulated vLLM replicas of different speed and two simulated hosted providers, all serving
-the public model `llama-3-8b`, behind a gateway with in-memory state. No Redis, no API keys.
+the public model `llama-3-8b`, behind a gateway with in-memory state. No Redis, no provider keys.
+The demo tenant has limits and a daily budget (its answers carry x-ratelimit-* headers), and an
+admin key, made for each run unless one is given, opens the dashboard and the /admin views.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 from typing import Annotated, Any
 
@@ -27,6 +30,7 @@ from gateway.sim.fleet import (
 
 DEMO_KEY_ENV = "SLO_GATEWAY_DEMO_KEY"
 DEMO_KEY = "sk-slo-demo"
+DEMO_ADMIN_KEY_ENV = "SLO_GATEWAY_DEMO_ADMIN_KEY"
 
 
 def demo_config(fleet: FleetConfig, host: str = "127.0.0.1") -> dict[str, Any]:
@@ -37,6 +41,8 @@ def demo_config(fleet: FleetConfig, host: str = "127.0.0.1") -> dict[str, Any]:
                 "api_key_env": DEMO_KEY_ENV,
                 "allowed_classes": ["interactive", "batch"],
                 "default_class": "interactive",
+                "limits": {"requests_per_min": 6000, "tokens_per_min": 2_000_000},
+                "budget": {"usd_per_day": 5.0, "soft_alert_fraction": 0.8},
             }
         },
         "classes": {
@@ -44,6 +50,7 @@ def demo_config(fleet: FleetConfig, host: str = "127.0.0.1") -> dict[str, Any]:
             "batch": {"deadline_ms": 60000, "priority": 0, "sheddable": True},
         },
         "policy": {"name": "slo_aware"},
+        "server": {"admin_key_env": DEMO_ADMIN_KEY_ENV},
     }
 
 
@@ -56,6 +63,10 @@ def demo(
         int, typer.Option(help="The gateway's port; the fleet takes the next four.")
     ] = 8080,
     api_key: Annotated[str, typer.Option(help="The demo tenant's API key.")] = DEMO_KEY,
+    admin_key: Annotated[
+        str | None,
+        typer.Option(help="The admin key (dashboard, /admin views); default: a new one per run."),
+    ] = None,
     print_config: Annotated[
         bool, typer.Option("--print-config", help="Print the demo's gateway config and exit.")
     ] = False,
@@ -69,6 +80,7 @@ def demo(
         return
     os.environ.update(api_key_environment(fleet))
     os.environ[DEMO_KEY_ENV] = api_key
+    os.environ[DEMO_ADMIN_KEY_ENV] = admin_key or f"sk-slo-admin-{secrets.token_urlsafe(12)}"
     asyncio.run(_run(fleet, config, port, api_key))
 
 
@@ -115,5 +127,11 @@ def _announce(port: int, api_key: str, fleet: FleetConfig) -> None:
         "-H 'Content-Type: application/json' "
         """-d '{"model": "llama-3-8b", "stream": true, "max_tokens": 16, """
         """"messages": [{"role": "user", "content": "Hello!"}]}'"""
+    )
+    typer.echo(f"Admin key: {os.environ[DEMO_ADMIN_KEY_ENV]}")
+    typer.echo(f"Dashboard: {url}/dashboard  (sign in with the admin key)")
+    typer.echo(
+        f"Usage:     curl -s '{url}/admin/usage?group_by=tenant,model,endpoint' "
+        f"-H 'Authorization: Bearer {os.environ[DEMO_ADMIN_KEY_ENV]}'"
     )
     typer.echo(f"Metrics: {url}/metrics   Ready: {url}/readyz   Stop: Ctrl-C")

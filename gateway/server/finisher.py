@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from gateway.core.outcomes import Outcomes
 from gateway.core.progress import StreamProgress
+from gateway.core.usage import cost_pusd, usd
 from gateway.errors import AttemptFailed
 from gateway.state.background import Background, run_now
 from gateway.state.leases import LeaseBook
@@ -22,7 +24,7 @@ from gateway.state.view import SharedView
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import Finished, RequestRecord
 from gateway.upstream.client import Opened
-from gateway.upstream.grammar import Facts, StreamGrammar
+from gateway.upstream.grammar import UNDESCRIBED, Described, Facts, StreamGrammar
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import HealthChecker
 from policies.base import RouteRequest
@@ -45,6 +47,7 @@ class Finisher:
         spawn = run_now if memory else background.spawn
         observe = run_now if at_once else background.spawn
         self.outcomes = Outcomes(leases, registry, health.breakers, view, spawn, observe=observe)
+        self._usage_series: dict[tuple[str, ...], UsageSeries] = {}
 
     def start(self, endpoint_id: str, request_id: str, tokens: int) -> None:
         self.leases.take(endpoint_id, request_id, tokens)
@@ -90,11 +93,30 @@ class Finisher:
         limits = opened.headers if opened.endpoint.kind == "openai" else None
         met = self.outcomes.finished(endpoint_id, request, result, limits, time.time(), progress)
         record.result, record.slo_met = result, met
+        self._usage(opened, request, result, record)
         self.metrics.upstream_attempts.labels(endpoint_id, result.outcome).inc()
         self._latency_histograms(endpoint_id, request, result)
         if met is not None:
             verdict = "met" if met else "missed"
             self.metrics.slo.labels(request.slo.name, request.tenant, endpoint_id, verdict).inc()
+
+    def _usage(
+        self, opened: Opened, request: RouteRequest, result: Finished, record: RequestRecord
+    ) -> None:
+        """The request's cost at the endpoint's prices, and the usage counters."""
+        prompt, cached, completion = (
+            result.prompt_tokens,
+            result.cached_tokens or 0,  # None: the upstream did not say, none billed cached
+            result.output_tokens,
+        )
+        record.cost_pusd = cost_pusd(opened.endpoint.price, prompt, cached, completion)
+        labels = (request.tenant, request.slo.name, request.model, opened.endpoint.id)
+        series = self._usage_series.get(labels)
+        if series is None:
+            series = self._usage_series[labels] = usage_series(self.metrics, labels)
+        for counter, amount in zip(series, (1, prompt, cached, completion), strict=False):
+            counter.inc(amount)
+        series[4].inc(usd(record.cost_pusd))
 
     def _latency_histograms(
         self, endpoint_id: str, request: RouteRequest, result: Finished
@@ -103,6 +125,20 @@ class Finisher:
             self.metrics.ttft.labels(endpoint_id, request.model).observe(result.ttft_s)
         if result.tpot_s is not None:
             self.metrics.tpot.labels(endpoint_id, request.model).observe(result.tpot_s)
+
+
+UsageSeries = tuple[Any, Any, Any, Any, Any]  # requests, prompt, cached, completion, cost
+
+
+def usage_series(m: Metrics, labels: tuple[str, ...]) -> UsageSeries:
+    """One group's usage counters, looked up once per group rather than five times a request."""
+    return (
+        m.usage_requests.labels(*labels),
+        m.usage_tokens.labels(*labels, "prompt"),
+        m.usage_tokens.labels(*labels, "cached"),
+        m.usage_tokens.labels(*labels, "completion"),
+        m.usage_cost.labels(*labels),
+    )
 
 
 def stream_result(opened: Opened, watch: StreamGrammar, outcome: str, prompt: int) -> Finished:
@@ -117,10 +153,15 @@ def stream_result(opened: Opened, watch: StreamGrammar, outcome: str, prompt: in
         tpot_s=watch.tpot_s,
         e2e_s=time.perf_counter() - opened.started_s,
         cached_tokens=watch.cached_tokens,
+        response_id=watch.described.upstream_id,
+        response_model=watch.described.model,
+        finish_reasons=watch.described.finish_reasons,
     )
 
 
-def body_result(opened: Opened, facts: Facts, prompt: int) -> Finished:
+def body_result(
+    opened: Opened, facts: Facts, prompt: int, described: Described = UNDESCRIBED
+) -> Finished:
     """A whole answer: no TTFT; tokens from what its grammar read in the body (`facts`)."""
     status = opened.status
     return Finished(
@@ -132,4 +173,7 @@ def body_result(opened: Opened, facts: Facts, prompt: int) -> Finished:
         tpot_s=None,
         e2e_s=time.perf_counter() - opened.started_s,
         cached_tokens=facts.cached_tokens,
+        response_id=described.upstream_id,
+        response_model=described.model,
+        finish_reasons=described.finish_reasons,
     )

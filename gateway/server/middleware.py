@@ -67,7 +67,8 @@ class RequestMiddleware:
         async def recorded(message: Message) -> None:
             if message["type"] == "http.response.start":
                 record.status = message["status"]
-                message["headers"] = [*message.get("headers", ()), named]
+                # The tenant's x-ratelimit-* headers go on every answer, refusals included.
+                message["headers"] = [*message.get("headers", ()), named, *record.limit_headers]
             elif record.status >= 400 and record.error_code is None:
                 record.error_code = request_log.error_code(message.get("body", b""), record.status)
             await send(message)

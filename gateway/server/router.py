@@ -49,7 +49,7 @@ from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import Finished, RequestRecord
 from gateway.upstream.client import Opened, Upstream, UpstreamCall
 from gateway.upstream.departure import Departure
-from gateway.upstream.grammar import Facts, parse_whole, restamp_whole
+from gateway.upstream.grammar import UNDESCRIBED, Facts, describe, parse_whole, restamp_whole
 from gateway.upstream.redaction import Redactor
 from gateway.upstream.relay import client_disconnected, commit, relay
 from gateway.watch.endpoints import Registry
@@ -112,7 +112,7 @@ class Router:
         request, chain = self.prefix.annotate(request, call.body)
         record.route, record.tenant = request, request.tenant
         with tracing.span("admission"):
-            await self.admission.admit_tenant(request)
+            await self.admission.admit_tenant(request, record)
         try:
             routed = await self._route(request, call, record, receive)
             routed.chain = chain
@@ -124,7 +124,7 @@ class Router:
         else:
             await self._respond(routed, request, call, record, receive, send)
         finally:
-            self.admission.finished(request)
+            self.admission.finished(request, record)
 
     async def _route(
         self, request: RouteRequest, call: UpstreamCall, record: RequestRecord, receive: Receive
@@ -177,7 +177,8 @@ class Router:
     ) -> Finished:
         whole = parse_whole(opened.first) if opened.status < 300 else None
         facts = call.grammar.facts(whole) if whole is not None else Facts()
-        result = body_result(opened, facts, request.prompt_tokens)
+        described = describe(whole) if whole is not None else UNDESCRIBED
+        result = body_result(opened, facts, request.prompt_tokens, described)
         self.finisher.finish(opened, request, result, record)
         body = self.redactor.body(opened.status, opened.first)
         if whole is not None and self.server.response_model == "public":

@@ -38,7 +38,10 @@ REDIS_MAX_CONNECTIONS = 64
 def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, str]:
     """Redis (degrading to memory while it is down) when a URL is set, else memory."""
     state = config.state
-    memory = MemoryStatsStore(window_s=state.window_s, bucket_s=state.bucket_s)
+    retention_s = state.usage_retention_days * 86400.0
+    memory = MemoryStatsStore(
+        window_s=state.window_s, bucket_s=state.bucket_s, usage_retention_s=retention_s
+    )
     if not settings.redis_url:
         return memory, "memory"
     # A blocking pool: under a burst, calls wait for a connection (bounded by the timeout)
@@ -57,6 +60,7 @@ def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, s
         bucket_s=state.bucket_s,
         prefix=settings.redis_prefix or keys.PREFIX,
         owns_client=True,
+        usage_retention_s=retention_s,
     )
     return ResilientStore(redis, memory, client.ping, timeout_s=state.redis_timeout_s), "redis"
 
@@ -116,8 +120,15 @@ class Runtime:
         leases = LeaseBook(store, view, metrics, background, config.server.lease_ttl_s)
         finisher = Finisher(leases, registry, health, view, metrics, background)
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
+        budgets = {name: tenant.budget for name, tenant in config.tenants.items()}
         admission = Admission(
-            config.admission, limits, store, metrics, background, config.server.lease_ttl_s
+            config.admission,
+            limits,
+            store,
+            metrics,
+            background,
+            config.server.lease_ttl_s,
+            budgets,
         )
         policy = build_policy(config.policy)
         router = Router(
@@ -168,7 +179,8 @@ class Runtime:
             log.warning("config reload: endpoints, server and state apply after a restart")
         self.keyring = KeyRing(config)
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
-        self.admission.reconfigure(config.admission, limits)
+        budgets = {name: tenant.budget for name, tenant in config.tenants.items()}
+        self.admission.reconfigure(config.admission, limits, budgets)
         self.router.policy = build_policy(config.policy)
         self.config = self.config.model_copy(
             update={

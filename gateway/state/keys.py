@@ -7,6 +7,9 @@
     <prefix>{rate:<key>}                  hash  rate-window slot -> cost
     <prefix>{tenant:<tenant>}:<part>      hash/zset  a tenant's requests and tokens windows and
                                           concurrency leases, one slot so one script admits
+    <prefix>{tenant:<tenant>}:spend:<d|m>:<n>  string  spend (pico-USD) of UTC day / month n
+    <prefix>{tenant:<tenant>}:alert:<d|m>:<n>  string  that window's soft budget alert was raised
+    <prefix>{tenant:<tenant>}:usage:<hour>     hash  usage of one UTC hour (gateway/state/usage.py)
     <prefix>{resp:<response id>}:owner    string  the endpoint that stored a Responses API
                                           response (JSON), with the endpoint's retention as TTL
 
@@ -28,6 +31,10 @@ HEALTH_TTL_S = 600.0
 # Extra life beyond the last moment a key is needed (a lease set's newest lease, a cooldown),
 # so a clock skew of a few seconds between replicas never deletes live state.
 TTL_MARGIN_S = 5.0
+# A spend key outlives its day or month by a day: a request settled just after midnight still
+# finds the window it is counted in, whatever the skew.
+SPEND_TTL_MARGIN_S = 86400.0
+USAGE_RETENTION_S = 35 * 86400.0  # hourly usage buckets kept (config: state.usage_retention_days)
 
 
 def ttl_ms(seconds: float) -> int:
@@ -56,6 +63,16 @@ class KeySpace:
 
     def tenant(self, tenant: str, part: str) -> str:
         return f"{self.prefix}{{tenant:{tenant}}}:{part}"
+
+    def spend(self, tenant: str, window: str, index: int) -> str:
+        """`window`: "d" (UTC day) or "m" (UTC month)."""
+        return self.tenant(tenant, f"spend:{window}:{index}")
+
+    def budget_alert(self, tenant: str, window: str, index: int) -> str:
+        return self.tenant(tenant, f"alert:{window}:{index}")
+
+    def usage(self, tenant: str, hour: int) -> str:
+        return self.tenant(tenant, f"usage:{hour}")
 
     def response_owner(self, response_id: str) -> str:
         return f"{self.prefix}{{resp:{response_id}}}:owner"

@@ -11,10 +11,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from gateway.state import window
+from gateway.state import keys, usage, window
 from gateway.state.breaker import BreakerPolicy, BreakerState, after_result, after_trial_claim
 from gateway.state.rate import slot_range
-from gateway.state.store import EndpointStats, LatencySample, TenantQuota, TenantVerdict
+from gateway.state.store import (
+    Alerted,
+    EndpointStats,
+    LatencySample,
+    TenantAdmission,
+    TenantQuota,
+    TenantVerdict,
+)
+from gateway.state.usage import BudgetQuota, Settlement, UsageRow
 from policies.base import LatencyEstimate
 from policies.step_change import FAST_BUCKET_S, FAST_BUCKETS
 
@@ -24,9 +32,19 @@ _CLOSED = BreakerState()  # an endpoint with no breaker record yet (frozen: one 
 
 class MemoryStatsStore:
     def __init__(
-        self, *, window_s: float = 60.0, bucket_s: float = 5.0, half_life_s: float | None = None
+        self,
+        *,
+        window_s: float = 60.0,
+        bucket_s: float = 5.0,
+        half_life_s: float | None = None,
+        usage_retention_s: float = keys.USAGE_RETENTION_S,
     ) -> None:
         """`half_life_s` defaults to window_s / 4 (see window.py)."""
+        self.usage_retention_s = usage_retention_s
+        self._spend: dict[tuple[str, str, int], int] = {}  # (tenant, "d" | "m", index) -> pUSD
+        self._alerts: set[tuple[str, str, int]] = set()
+        self._usage: dict[tuple[str, int], dict[str, int]] = {}  # (tenant, hour) -> fields
+        self._usage_hour = 0
         self.window_s = window_s
         self.bucket_s = bucket_s
         self.half_life_s = half_life_s or window_s / 4
@@ -93,32 +111,95 @@ class MemoryStatsStore:
         quota: TenantQuota,
         ttl_s: float,
         now: float,
-    ) -> TenantVerdict:
+        budget: BudgetQuota | None = None,
+    ) -> TenantAdmission:
         requests_key, tokens_key = f"tenant:{tenant}:requests", f"tenant:{tenant}:tokens"
-        if (
-            quota.requests is not None
-            and self._total(requests_key, quota, now) + 1 > quota.requests
-        ):
-            return "requests"
-        if quota.tokens is not None and self._total(tokens_key, quota, now) + tokens > quota.tokens:
-            return "tokens"
+        current, _ = slot_range(now, quota.window_s)
+        requests = self._slots(requests_key, quota, now) if quota.requests is not None else {}
+        charged = self._slots(tokens_key, quota, now) if quota.tokens is not None else {}
+        day = self._spend.get((tenant, "d", usage.day_index(now)), 0)
+        month = self._spend.get((tenant, "m", usage.month_index(now)), 0)
+
+        def verdict(name: TenantVerdict) -> TenantAdmission:
+            return TenantAdmission(
+                name, current, sum(requests.values()), sum(charged.values()),
+                _oldest(requests), _oldest(charged), day, month,
+            )  # fmt: skip
+
+        if quota.requests is not None and sum(requests.values()) + 1 > quota.requests:
+            return verdict("requests")
+        if quota.tokens is not None and sum(charged.values()) + tokens > quota.tokens:
+            return verdict("tokens")
+        if budget is not None and _over(budget, day, month):
+            return verdict("budget")
         if quota.concurrent is not None:
             key = f"tenant:{tenant}"
             if self._tenant_leases.count(key, now) >= quota.concurrent:
-                return "concurrency"
+                return verdict("concurrency")
             self._tenant_leases.add(key, request_id, now + ttl_s, now)
         if quota.requests is not None:
             self._rate(requests_key, 1, None, quota.window_s, now)
+            requests[current] = requests.get(current, 0) + 1
         if quota.tokens is not None:
             self._rate(tokens_key, tokens, None, quota.window_s, now)
-        return "admitted"
+            charged[current] = charged.get(current, 0) + tokens
+        return verdict("admitted")
+
+    async def settle(self, settlement: Settlement, alerted: Alerted | None = None) -> None:
+        tenant, at = settlement.tenant, settlement.at_s
+        slots = self._rates.get(f"tenant:{tenant}:tokens", {})
+        if settlement.token_slot is not None and settlement.token_slot in slots:
+            slots[settlement.token_slot] += settlement.token_delta
+        line = settlement.usage
+        cost = line.cost_pusd if line else 0
+        if cost or settlement.budget is not None:  # nothing to spend or watch otherwise
+            self._spend_in(tenant, at, cost, settlement.budget or BudgetQuota(), alerted)
+        if line is not None:
+            hour = usage.hour_index(at)
+            usage.add_fields(self._usage.setdefault((tenant, hour), {}), line.fields().items())
+            if hour != self._usage_hour:  # a new hour: the oldest may have left the retention
+                self._usage_hour = hour
+                self._expire_usage(hour)
+
+    def _spend_in(
+        self, tenant: str, at: float, cost: int, budget: BudgetQuota, alerted: Alerted | None
+    ) -> None:
+        windows = (
+            ("d", usage.day_index(at), budget.day_pusd),
+            ("m", usage.month_index(at), budget.month_pusd),
+        )
+        for window_name, index, limit in windows:
+            key = (tenant, window_name, index)
+            self._spend[key] = spent = self._spend.get(key, 0) + cost
+            soft = budget.soft(limit)
+            if soft is not None and spent >= soft and key not in self._alerts:
+                self._alerts.add(key)
+                if alerted is not None:
+                    alerted("day" if window_name == "d" else "month")
+
+    async def usage(
+        self, tenants: Sequence[str], *, since_hour: int, until_hour: int
+    ) -> list[UsageRow]:
+        return [
+            row
+            for tenant in tenants
+            for hour in range(since_hour, until_hour)
+            for row in usage.rows(tenant, hour, self._usage.get((tenant, hour), {}))
+        ]
+
+    def _expire_usage(self, hour: int) -> None:
+        """Hours past the retention go, as their Redis keys' TTLs would drop them."""
+        oldest = hour - int(self.usage_retention_s // usage.HOUR_S)
+        for key in [k for k in self._usage if k[1] < oldest]:
+            del self._usage[key]
 
     async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None:
         self._tenant_leases.remove(f"tenant:{tenant}", request_id)
 
-    def _total(self, key: str, quota: TenantQuota, now: float) -> int:
-        _, total = self._rate(key, 0, None, quota.window_s, now)
-        return total
+    def _slots(self, key: str, quota: TenantQuota, now: float) -> dict[int, int]:
+        """The window's slots (older ones dropped first)."""
+        self._rate(key, 0, None, quota.window_s, now)
+        return dict(self._rates.get(key, {}))
 
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
@@ -210,6 +291,16 @@ class MemoryStatsStore:
 def _add(fields: _Fields, increments: Mapping[str, float]) -> None:
     for name, amount in increments.items():
         fields[name] = fields.get(name, 0.0) + amount
+
+
+def _oldest(slots: Mapping[int, int]) -> int | None:
+    return min((slot for slot, count in slots.items() if count > 0), default=None)
+
+
+def _over(budget: BudgetQuota, day: int, month: int) -> bool:
+    return (budget.day_pusd is not None and day >= budget.day_pusd) or (
+        budget.month_pusd is not None and month >= budget.month_pusd
+    )
 
 
 class _LeaseSets:

@@ -28,11 +28,19 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from gateway.state import keys, window
+from gateway.state import keys, usage, window
 from gateway.state.breaker import BreakerPolicy, BreakerState
 from gateway.state.keys import KeySpace
 from gateway.state.rate import slot_range, slot_ttl_s
-from gateway.state.store import EndpointStats, LatencySample, TenantQuota, TenantVerdict
+from gateway.state.store import (
+    Alerted,
+    EndpointStats,
+    LatencySample,
+    TenantAdmission,
+    TenantQuota,
+    TenantVerdict,
+)
+from gateway.state.usage import BudgetQuota, Settlement, UsageRow
 from policies.step_change import FAST_BUCKET_S, FAST_BUCKETS
 
 SCRIPTS = (
@@ -43,8 +51,9 @@ SCRIPTS = (
     "breaker_trial",
     "cool_down",
     "tenant_admit",
+    "tenant_settle",
 )
-_VERDICTS: tuple[TenantVerdict, ...] = ("admitted", "requests", "tokens", "concurrency")
+_VERDICTS: tuple[TenantVerdict, ...] = ("admitted", "requests", "tokens", "concurrency", "budget")
 _NO_LIMIT = -1
 # What a failed call to Redis raises: its own errors, a dropped connection, a timeout.
 FAILURES = (RedisError, OSError, TimeoutError)
@@ -53,12 +62,14 @@ FAILURES = (RedisError, OSError, TimeoutError)
 class Write(NamedTuple):
     """A write off the request path, batched by the write-behind (gateway/state/writebehind.py)."""
 
-    kind: Literal["acquire", "release", "observe"]
+    kind: Literal["acquire", "release", "observe", "settle"]
     endpoint_id: str
     request_id: str = ""
     ttl_s: float = 0.0  # acquire
     now: float = 0.0  # acquire
     sample: LatencySample | None = None  # observe
+    settlement: Settlement | None = None  # settle
+    alerted: Alerted | None = None  # settle: told of the soft alerts its reply says it raised
 
 
 def _script_source(name: str) -> str:
@@ -83,6 +94,7 @@ class RedisStatsStore:
         half_life_s: float | None = None,
         prefix: str = keys.PREFIX,
         owns_client: bool = False,
+        usage_retention_s: float = keys.USAGE_RETENTION_S,
     ) -> None:
         """`half_life_s` defaults to window_s / 4; `owns_client`: close() closes the client."""
         self.client = client
@@ -90,6 +102,7 @@ class RedisStatsStore:
         self.bucket_s = bucket_s
         self.half_life_s = half_life_s or window_s / 4
         self.keys = KeySpace(prefix)
+        self.usage_retention_s = usage_retention_s
         self._owns_client = owns_client
         self._bucket_count = math.ceil(window_s / bucket_s)
         self._scripts: dict[str, AsyncScript] = {
@@ -112,6 +125,9 @@ class RedisStatsStore:
                 elif write.kind == "acquire":
                     args = _lease_args(write.request_id, write.ttl_s, write.now, _NO_LIMIT)
                     await self._scripts["lease_acquire"](keys=[key], args=args, client=pipe)
+                elif write.settlement is not None:
+                    keys_, args = self._settle_call(write.settlement)
+                    await self._scripts["tenant_settle"](keys=keys_, args=args, client=pipe)
                 elif write.sample is not None:
                     keys_, args = self._observe_call(write.endpoint_id, write.sample)
                     await self._scripts["observe"](keys=keys_, args=args, client=pipe)
@@ -187,11 +203,16 @@ class RedisStatsStore:
         quota: TenantQuota,
         ttl_s: float,
         now: float,
-    ) -> TenantVerdict:
+        budget: BudgetQuota | None = None,
+    ) -> TenantAdmission:
         current, oldest = slot_range(now, quota.window_s)
         parts = ("requests", "tokens", "concurrency")
+        spends = [
+            self.keys.spend(tenant, "d", usage.day_index(now)),
+            self.keys.spend(tenant, "m", usage.month_index(now)),
+        ]
         reply = await self._scripts["tenant_admit"](
-            keys=[self.keys.tenant(tenant, part) for part in parts],
+            keys=[*(self.keys.tenant(tenant, part) for part in parts), *spends],
             args=[
                 current,
                 oldest,
@@ -204,9 +225,69 @@ class RedisStatsStore:
                 request_id,
                 keys.ttl_ms(ttl_s + keys.TTL_MARGIN_S),
                 _limit(quota.concurrent),
+                _limit(budget.day_pusd if budget else None),
+                _limit(budget.month_pusd if budget else None),
             ],
         )
-        return _VERDICTS[int(reply)]
+        verdict, requests, tokens, requests_first, tokens_first, day, month = reply
+        return TenantAdmission(
+            _VERDICTS[int(verdict)],
+            current,
+            int(requests),
+            int(tokens),
+            _slot(requests_first),
+            _slot(tokens_first),
+            int(day),
+            int(month),
+        )
+
+    async def settle(self, settlement: Settlement, alerted: Alerted | None = None) -> None:
+        keys_, args = self._settle_call(settlement)
+        reply = await self._scripts["tenant_settle"](keys=keys_, args=args)
+        announce(reply, alerted)
+
+    def _settle_call(self, settlement: Settlement) -> tuple[list[str], list[str | int | float]]:
+        tenant, at = settlement.tenant, settlement.at_s
+        day, month = usage.day_index(at), usage.month_index(at)
+        keys_ = [
+            self.keys.tenant(tenant, "tokens"),
+            self.keys.spend(tenant, "d", day),
+            self.keys.spend(tenant, "m", month),
+            self.keys.budget_alert(tenant, "d", day),
+            self.keys.budget_alert(tenant, "m", month),
+            self.keys.usage(tenant, usage.hour_index(at)),
+        ]
+        budget = settlement.budget or BudgetQuota()
+        line = settlement.usage
+        args: list[str | int | float] = [
+            _NO_LIMIT if settlement.token_slot is None else settlement.token_slot,
+            settlement.token_delta,
+            line.cost_pusd if line else 0,
+            keys.ttl_ms(usage.day_reset_s(at) + keys.SPEND_TTL_MARGIN_S),
+            keys.ttl_ms(usage.month_reset_s(at) + keys.SPEND_TTL_MARGIN_S),
+            _limit(budget.soft(budget.day_pusd)),
+            _limit(budget.soft(budget.month_pusd)),
+            keys.ttl_ms(self.usage_retention_s),
+        ]
+        for name, amount in (line.fields() if line else {}).items():
+            args += [name, amount]
+        return keys_, args
+
+    async def usage(
+        self, tenants: Sequence[str], *, since_hour: int, until_hour: int
+    ) -> list[UsageRow]:
+        hours = range(since_hour, until_hour)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for tenant in tenants:
+                for hour in hours:
+                    pipe.hgetall(self.keys.usage(tenant, hour))
+            replies = iter(await pipe.execute())
+        found: list[UsageRow] = []
+        for tenant in tenants:
+            for hour in hours:
+                bucket = {_text(k): int(v) for k, v in next(replies).items()}
+                found += usage.rows(tenant, hour, bucket)
+        return found
 
     async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None:
         await self.client.zrem(self.keys.tenant(tenant, "concurrency"), request_id)
@@ -267,6 +348,19 @@ def _lease_args(request_id: str, ttl_s: float, now: float, limit: int) -> list[A
 
 def _limit(value: int | None) -> int:
     return _NO_LIMIT if value is None else value
+
+
+def _slot(value: int) -> int | None:
+    return None if int(value) < 0 else int(value)
+
+
+def announce(reply: Sequence[Any], alerted: Alerted | None) -> None:
+    """Tell `alerted` of the soft alerts a settle script's reply says it raised."""
+    if alerted is None:
+        return
+    for name, raised in zip(("day", "month"), reply, strict=True):
+        if int(raised):
+            alerted(name)
 
 
 def _stats(replies: Sequence[Any], weights: Sequence[float]) -> EndpointStats:

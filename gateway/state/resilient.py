@@ -19,12 +19,14 @@ from gateway.state.breaker import BreakerPolicy, BreakerState
 from gateway.state.memory_store import MemoryStatsStore
 from gateway.state.redis_store import FAILURES, RedisStatsStore, Write
 from gateway.state.store import (
+    Alerted,
     EndpointStats,
     LatencySample,
     StatsStore,
+    TenantAdmission,
     TenantQuota,
-    TenantVerdict,
 )
+from gateway.state.usage import BudgetQuota, Settlement, UsageRow
 from gateway.state.writebehind import WriteBehind
 from gateway.telemetry.metrics import log
 
@@ -143,6 +145,8 @@ class ResilientStore:
                 await self.fallback.acquire(
                     write.endpoint_id, write.request_id, ttl_s=write.ttl_s, now=write.now
                 )
+            elif write.settlement is not None:
+                await self.fallback.settle(write.settlement, write.alerted)
             elif write.sample is not None:
                 await self.fallback.observe(write.endpoint_id, write.sample)
 
@@ -194,11 +198,27 @@ class ResilientStore:
         quota: TenantQuota,
         ttl_s: float,
         now: float,
-    ) -> TenantVerdict:
+        budget: BudgetQuota | None = None,
+    ) -> TenantAdmission:
         return await self._run(
             lambda s: s.admit_tenant(
-                tenant, request_id, tokens=tokens, quota=quota, ttl_s=ttl_s, now=now
+                tenant, request_id, tokens=tokens, quota=quota, ttl_s=ttl_s, now=now, budget=budget
             )
+        )
+
+    async def settle(self, settlement: Settlement, alerted: Alerted | None = None) -> None:
+        """Through the write-behind while Redis is up (off the request path); a batch that
+        fails settles in memory, as a call during an outage does."""
+        if self.up and self.writes is not None:
+            self.writes.submit(Write("settle", "", settlement=settlement, alerted=alerted))
+            return
+        await self._run(lambda s: s.settle(settlement, alerted), decides=False)
+
+    async def usage(
+        self, tenants: Sequence[str], *, since_hour: int, until_hour: int
+    ) -> list[UsageRow]:
+        return await self._run(
+            lambda s: s.usage(tenants, since_hour=since_hour, until_hour=until_hour)
         )
 
     async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None:

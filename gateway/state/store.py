@@ -9,19 +9,22 @@ Callers pass `now` (unix seconds, wall clock: replicas compare it) so tests can 
     estimates       observe a request (whole, or its first token and stretches while it
                     streams); read() returns rolling estimates and their fast window (window.py)
     rate windows    hit / try_hit: cost in the last window_s, exact across replicas
-    tenants         admit_tenant: every limit of a tenant checked and counted at once, or none;
-                    release_tenant gives the concurrency slot back
+    tenants         admit_tenant: every limit of a tenant (and its budget) checked and counted
+                    at once, or none; release_tenant gives the concurrency slot back
+    usage           settle: a finished request's tokens reservation corrected to real usage,
+                    its spend and usage buckets, in one write; usage() reads the buckets
     health          record_result / claim_trial: the shared circuit breaker (breaker.py);
                     cool_down: a provider's Retry-After, shared
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from gateway.state.breaker import BreakerPolicy, BreakerState
+from gateway.state.usage import BudgetQuota, Settlement, UsageRow
 from policies.base import LatencyEstimate
 
 SampleKind = Literal["whole", "first_token", "progress", "rest"]
@@ -57,7 +60,24 @@ class TenantQuota:
     window_s: float = 60.0
 
 
-TenantVerdict = Literal["admitted", "requests", "tokens", "concurrency"]
+TenantVerdict = Literal["admitted", "requests", "tokens", "concurrency", "budget"]
+Alerted = Callable[[str], None]  # a budget's soft alert fired for a window ("day", "month")
+
+
+@dataclass(frozen=True, slots=True)
+class TenantAdmission:
+    """The verdict and what the tenant's windows hold after it (the request counted when
+    admitted), for its limit headers; `slot`: the tokens-window slot charged, for settlement.
+    `*_oldest`: the oldest slot holding anything (None: empty), when capacity comes back."""
+
+    verdict: TenantVerdict
+    slot: int = 0
+    requests_used: int = 0
+    tokens_used: int = 0
+    requests_oldest: int | None = None
+    tokens_oldest: int | None = None
+    spend_day_pusd: int = 0
+    spend_month_pusd: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +128,24 @@ class StatsStore(Protocol):
         quota: TenantQuota,
         ttl_s: float,
         now: float,
-    ) -> TenantVerdict:
-        """Check every limit; count the request against all of them only if all pass."""
+        budget: BudgetQuota | None = None,
+    ) -> TenantAdmission:
+        """Check every limit (a budget: the spend so far under it); count the request against
+        all of them only if all pass."""
         ...
 
     async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None: ...
+
+    async def settle(self, settlement: Settlement, alerted: Alerted | None = None) -> None:
+        """Apply a finished request at once: token delta, spend, usage; `alerted` hears of a
+        soft budget alert that this settlement raised (once per tenant and window)."""
+        ...
+
+    async def usage(
+        self, tenants: Sequence[str], *, since_hour: int, until_hour: int
+    ) -> list[UsageRow]:
+        """The usage buckets of hours since_hour <= h < until_hour, one row per group."""
+        ...
 
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy

@@ -1,4 +1,5 @@
-"""Write-behind for the shared store: lease takes and drops and observations, batched.
+"""Write-behind for the shared store: lease takes and drops, observations and settlements
+(gateway/state/usage.py), batched.
 
 Every request takes a lease, drops it and records an observation. Sent one call each, that was
 three round trips and three pooled connections per request; under load those calls queued for
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from gateway.state.redis_store import FAILURES, RedisStatsStore, Write
+from gateway.state.redis_store import FAILURES, RedisStatsStore, Write, announce
 from gateway.telemetry.metrics import log
 
 FLUSH_S = 0.002  # how long a batch gathers: a fraction of a request's time, many requests' writes
@@ -69,6 +70,9 @@ class WriteBehind:
             # member) except an observation, which is then kept locally only.
             await self.on_failed(batch, exc)
             return
+        for write, reply in zip(batch, replies, strict=False):
+            if write.alerted is not None and not isinstance(reply, Exception):
+                announce(reply, write.alerted)
         refused = [reply for reply in replies if isinstance(reply, Exception)]
         if refused:
             log.warning(

@@ -60,6 +60,7 @@ class Metrics:
         self._requests(self.registry)
         self._admission(self.registry)
         self._endpoints(self.registry)
+        self._usage(self.registry)
 
     def count_request(self, record: RequestRecord, outcome: str) -> None:
         """One API request at its end. Labels only from what the gateway chose or checked: the
@@ -112,6 +113,34 @@ class Metrics:
             "slo_gateway_decision_seconds",
             "Time to build snapshots, admit and rank (excludes forwarding).",
             buckets=DECISION_BUCKETS_S,
+            registry=r,
+        )
+
+    def _usage(self, r: CollectorRegistry) -> None:
+        usage = ["tenant", "slo_class", "model", "endpoint"]
+        self.usage_requests = Counter(
+            "slo_gateway_usage_requests",
+            "Requests an upstream answered, accounted to tenant, class, public model, endpoint.",
+            usage,
+            registry=r,
+        )
+        self.usage_tokens = Counter(
+            "slo_gateway_usage_tokens",
+            "Tokens used (kind: prompt, cached (part of prompt), completion), as reported by "
+            "the upstream, else counted.",
+            [*usage, "kind"],
+            registry=r,
+        )
+        self.usage_cost = Counter(
+            "slo_gateway_usage_cost_usd",
+            "Cost at the endpoint's prices (USD; cached prompt tokens at the cached rate).",
+            usage,
+            registry=r,
+        )
+        self.budget_alerts = Counter(
+            "slo_gateway_budget_alerts",
+            "Soft budget alerts raised (once per tenant and UTC day or month).",
+            ["tenant", "window"],
             registry=r,
         )
 

@@ -31,6 +31,9 @@ class Finished:
     tpot_s: float | None
     e2e_s: float
     cached_tokens: int | None = None  # of the prompt, found in the upstream's prompt cache
+    response_id: str | None = None  # what the answer says of itself (gen_ai.response.*)
+    response_model: str | None = None
+    finish_reasons: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -51,3 +54,10 @@ class RequestRecord:
     result: Finished | None = None
     slo_met: bool | None = None  # the one judgement (gateway/core/slo.py), None when unjudged
     upstream_span: Span | None = None  # the open span of the attempt that answered
+    # Tenant accounting (gateway/core/usage.py): the tokens reserved at admission and the
+    # window slot they were charged to (settled there at the end), the x-ratelimit-* headers
+    # every answer carries, and the request's cost at the answering endpoint's prices.
+    reserved_slot: int | None = None
+    reserved_tokens: int = 0
+    limit_headers: tuple[tuple[bytes, bytes], ...] = ()
+    cost_pusd: int = 0

@@ -17,6 +17,8 @@ chunk. Every line has the same keys (null when unknown):
     decision        the policy's reason (slo_met, slo_at_risk, explore, rotation, ...)
     predicted_ttft_ms, queued_ms
     ttft_ms, tpot_ms, prompt_tokens, output_tokens, slo_met, duration_ms
+    cached_tokens   of prompt_tokens, read from the provider's prompt cache
+    cost_usd        at the answering endpoint's prices (docs/operations.md "Usage")
 
 Keys never appear: the record holds none, and upstream error bodies are reduced to their code.
 Prompt text is added (as `prompt`) only with GATEWAY_LOG_PROMPTS=true, a debugging aid.
@@ -137,6 +139,8 @@ def _result_fields(record: RequestRecord) -> dict[str, Any]:
         "tpot_ms": _ms(result.tpot_s) if result else None,
         "prompt_tokens": result.prompt_tokens if result else (route and route.prompt_tokens),
         "output_tokens": result.output_tokens if result else None,
+        "cached_tokens": result.cached_tokens if result else None,
+        "cost_usd": record.cost_pusd / 1e12 if result else None,
         "slo_met": record.slo_met,
         "duration_ms": _ms(time.perf_counter() - record.started_s),
     }

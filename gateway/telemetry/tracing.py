@@ -18,9 +18,12 @@ Spans
       chat <upstream model>     CLIENT    one per upstream attempt, to the end of its response;
                                           its context goes upstream as W3C `traceparent`
 Attributes use the GenAI semantic conventions where they exist: gen_ai.operation.name,
-gen_ai.request.model, gen_ai.request.max_tokens, gen_ai.provider.name, gen_ai.usage.input_tokens,
-gen_ai.usage.output_tokens, and gen_ai.server.time_to_first_token and
-gen_ai.server.time_per_output_token (seconds, named after the GenAI server metrics). The
+gen_ai.request.model, gen_ai.request.max_tokens, gen_ai.provider.name (the configured provider,
+else the one its API host is known as, else the endpoint's kind), gen_ai.response.id,
+gen_ai.response.model, gen_ai.response.finish_reasons, gen_ai.usage.input_tokens,
+gen_ai.usage.output_tokens, gen_ai.usage.cache_read.input_tokens, and
+gen_ai.server.time_to_first_token and gen_ai.server.time_per_output_token (seconds, named after
+the GenAI server metrics). The
 gateway's own live under slo_gateway.*: tenant, slo_class, endpoint, attempts, outcome,
 decision.reason, predicted.time_to_first_token, predicted.time_to_first_token_p95.
 """
@@ -180,7 +183,7 @@ def _upstream_attributes(endpoint: EndpointConfig, path: str, model: str) -> dic
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": _OPERATIONS.get(path, "embeddings"),
         "gen_ai.request.model": endpoint.models.get(model, model),
-        "gen_ai.provider.name": endpoint.kind,
+        "gen_ai.provider.name": provider_name(endpoint),
         "slo_gateway.endpoint": endpoint.id,
     }
     url = urlsplit(endpoint.base_url)
@@ -275,4 +278,40 @@ def _result_attributes(record: RequestRecord) -> dict[str, Any]:
         attributes["gen_ai.server.time_to_first_token"] = result.ttft_s
     if result.tpot_s is not None:
         attributes["gen_ai.server.time_per_output_token"] = result.tpot_s
+    if result.response_id is not None:
+        attributes["gen_ai.response.id"] = result.response_id
+    if result.response_model is not None:
+        attributes["gen_ai.response.model"] = result.response_model
+    if result.finish_reasons:
+        attributes["gen_ai.response.finish_reasons"] = list(result.finish_reasons)
+    if result.cached_tokens:
+        attributes["gen_ai.usage.cache_read.input_tokens"] = result.cached_tokens
     return attributes
+
+
+# gen_ai.provider.name's well-known values, by the API host an endpoint's base URL names.
+PROVIDER_HOSTS = {
+    "api.openai.com": "openai",
+    "api.anthropic.com": "anthropic",
+    "api.groq.com": "groq",
+    "api.mistral.ai": "mistral_ai",
+    "api.x.ai": "x_ai",
+    "api.deepseek.com": "deepseek",
+    "api.perplexity.ai": "perplexity",
+    "generativelanguage.googleapis.com": "gcp.gemini",
+}
+PROVIDER_SUFFIXES = {".openai.azure.com": "azure.ai.openai", ".amazonaws.com": "aws.bedrock"}
+
+
+def provider_name(endpoint: EndpointConfig) -> str:
+    """The configured `provider`, else the one its API host is known as, else its kind
+    (`vllm` for an engine; `openai` for an unknown OpenAI-compatible host)."""
+    if endpoint.provider:
+        return endpoint.provider
+    host = urlsplit(endpoint.base_url).hostname or ""
+    if host in PROVIDER_HOSTS:
+        return PROVIDER_HOSTS[host]
+    for suffix, name in PROVIDER_SUFFIXES.items():
+        if host.endswith(suffix):
+            return name
+    return endpoint.kind

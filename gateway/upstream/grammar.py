@@ -45,12 +45,25 @@ class Facts(NamedTuple):
     cached_tokens: int | None = None  # of the prompt, read from the upstream's prompt cache
 
 
+class Described(NamedTuple):
+    """What an answer says it is (OpenTelemetry's gen_ai.response.*): its id, the model that
+    wrote it (the upstream's name), and why it stopped (each choice's reason)."""
+
+    upstream_id: str | None = None
+    model: str | None = None
+    finish_reasons: tuple[str, ...] = ()
+
+
+UNDESCRIBED = Described()
+
+
 class StreamGrammar(Protocol):
     first_token_s: float | None
     last_token_s: float | None
     done: bool
     upstream_error: bool
     response_id: str | None
+    described: Described
 
     @property
     def committed(self) -> bool: ...
@@ -116,6 +129,7 @@ class EventWatch:
     upstream_error: bool = False
     error_status: int = 0  # what the upstream's error event stands for, as an HTTP status
     response_id: str | None = None
+    described: Described = UNDESCRIBED
     _pending: bytes = field(default=b"", repr=False)
 
     @property
@@ -162,6 +176,17 @@ class EventWatch:
         tail, self._pending = self._pending.strip(), b""
         return self.feed(tail + b"\n\n") if tail and _whole(tail) else b""
 
+    def _describe(self, body: Mapping[str, Any], reasons: tuple[str, ...] | None = None) -> None:
+        """Note the answer's id and model (the first seen) and add its finish reasons (those
+        `body` gives, unless `reasons` says)."""
+        seen = self.described
+        found = describe(body)
+        self.described = Described(
+            seen.upstream_id or found.upstream_id,
+            seen.model or found.model,
+            seen.finish_reasons + (found.finish_reasons if reasons is None else reasons),
+        )
+
     def _token(self, now: float, *, text: bool = True, events: int = 1) -> None:
         if self.first_any_s is None:
             self.first_any_s = now
@@ -204,6 +229,31 @@ def restamp_whole(body: bytes, whole: Mapping[str, Any], public_model: str) -> b
     if found is not None and parsed(b"{" + found.group() + b"}") == {"model": model}:
         return body[: found.start()] + new + body[found.end() :]
     return dumps(dict(whole) | {"model": public_model})
+
+
+def describe(body: Mapping[str, Any]) -> Described:
+    """A whole answer's (or a chunk's, a response or message object's) id, model and finish
+    reasons: chat choices' finish_reason, a message's stop_reason, a response's status."""
+    reasons: list[str] = []
+    choices = body.get("choices")
+    if isinstance(choices, list):
+        reasons = [
+            c["finish_reason"] for c in choices if isinstance(c, dict) and _text(c, "finish_reason")
+        ]
+    elif _text(body, "stop_reason"):
+        reasons = [body["stop_reason"]]
+    elif _text(body, "status") and body.get("object") == "response":
+        reasons = [body["status"]]
+    return Described(
+        body["id"] if _text(body, "id") else None,
+        body["model"] if _text(body, "model") else None,
+        tuple(reasons),
+    )
+
+
+def _text(body: Mapping[str, Any], name: str) -> bool:
+    value = body.get(name)
+    return isinstance(value, str) and bool(value)
 
 
 def dumps_value(value: str) -> bytes:

@@ -75,6 +75,9 @@ class MessagesWatch(EventWatch):
             return self._start(event, body)
         elif kind == "message_delta":
             self._usage(body.get("usage"))
+            delta = body.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+                self._describe({}, (delta["stop_reason"],))
         elif kind == "message_stop":
             self.done = True
         elif kind == "error":
@@ -96,9 +99,11 @@ class MessagesWatch(EventWatch):
         message = body.get("message")
         if not isinstance(message, dict):
             return event
+        self._describe(message)
         usage = message.get("usage")  # its output_tokens is a placeholder: message_delta counts
         if isinstance(usage, dict) and prompt_tokens(usage):
             self.reported_prompt_tokens = prompt_tokens(usage)
+            self.reported_cached_tokens = number(usage.get("cache_read_input_tokens"))
         if self.public_model is None or message.get("model") == self.public_model:
             return event
         message["model"] = self.public_model

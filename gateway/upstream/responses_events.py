@@ -92,6 +92,7 @@ class ResponsesWatch(EventWatch):
         response = body.get("response")
         if not isinstance(response, dict):
             return event
+        self._describe(response, None if kind in TERMINAL else ())  # terminal: its status
         if kind in OPENING:
             self.snapshot = response
             if isinstance(response.get("id"), str):

@@ -30,6 +30,16 @@ from gateway.upstream.grammar import (
 )
 
 _DONE = b"data: [DONE]"
+
+
+_FINISH = b'"finish_reason":"'
+
+
+def _finishes(data: bytes) -> bool:
+    """A choice's last chunk: its finish_reason is a string (`null` on every other one)."""
+    return _FINISH in data or b'"finish_reason": "' in data
+
+
 # A non-empty string value for "content" or "text", or any tool-call delta.
 _CONTENT = re.compile(rb'"(?:content|text)":\s*"(?!")|"tool_calls":\s*\[')
 
@@ -65,7 +75,12 @@ class StreamWatch(EventWatch):
         if event.startswith(_DONE):
             self.done = True
             return
-        if self.first_token_s is None or b'"usage"' in event or b'"error"' in event:
+        if (
+            self.first_token_s is None
+            or b'"usage"' in event
+            or b'"error"' in event
+            or _finishes(event)
+        ):
             self._parse(event, now)
         elif _CONTENT.search(event):
             self._token(now)
@@ -79,6 +94,8 @@ class StreamWatch(EventWatch):
             return
         if self.public_model is not None and self._old_model is None:
             self._learn_model(event)
+        if self.described.upstream_id is None or _finishes(event):
+            self._describe(body)
         if isinstance(body.get("usage"), dict):
             self.usage = body["usage"]
             self.reported_prompt_tokens = number(self.usage.get("prompt_tokens"))
@@ -109,7 +126,8 @@ def routine_events(chunk: bytes) -> int:
     events = chunk.count(b"\n\n")
     if not events or not chunk.endswith(b"\n\n") or chunk.count(b"\n") != 2 * events:
         return 0
-    if b'"usage"' in chunk or b'"error"' in chunk or b"[DONE]" in chunk:
+    # Routine chunks are compact JSON (the content counts below are): one search for a finish.
+    if b'"usage"' in chunk or b'"error"' in chunk or b"[DONE]" in chunk or _FINISH in chunk:
         return 0
     hits = (
         chunk.count(b'"content":"')

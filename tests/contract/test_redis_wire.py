@@ -13,6 +13,7 @@ from redis.crc import key_slot
 from gateway.state.breaker import BreakerPolicy
 from gateway.state.redis_store import SCRIPTS, RedisStatsStore, Write
 from gateway.state.store import TenantQuota
+from gateway.state.usage import BudgetQuota, Settlement, UsageLine
 from tests.contract.conftest import sample
 
 pytestmark = pytest.mark.redis
@@ -90,7 +91,10 @@ async def exercise_every_key(store: RedisStatsStore) -> None:
     policy = BreakerPolicy(failure_threshold=1)
     await store.acquire("a", "r1", ttl_s=30, now=NOW)
     quota = TenantQuota(requests=5, tokens=1000, concurrent=3)
-    await store.admit_tenant("acme", "r1", tokens=10, quota=quota, ttl_s=30, now=NOW)
+    budget = BudgetQuota(day_pusd=10**12, month_pusd=10**13, soft_fraction=0.5)
+    await store.admit_tenant("acme", "r1", tokens=10, quota=quota, ttl_s=30, now=NOW, budget=budget)
+    line = UsageLine("interactive", "m", "a", 10, 2, 5, 10**12)
+    await store.settle(Settlement("acme", NOW, 0, -3, 60.0, line, budget))
     await store.observe("a", sample(NOW))
     await store.hit("tenant:acme:rpm", cost=1, window_s=60, now=NOW)
     await store.try_hit("tenant:acme:tpm", cost=100, limit=1000, window_s=60, now=NOW)
@@ -104,11 +108,21 @@ async def test_every_key_has_a_ttl(redis_client: Redis, redis_url: str, key_pref
     store = RedisStatsStore(redis_client, prefix=key_prefix)
     await exercise_every_key(store)
     found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}*")]
-    # incl. a tenant's three keys (requests, tokens, concurrency) and a fast-window bucket
-    assert len(found) == 11
+    # incl. a tenant's three limit keys, its day and month spend, a day alert, a usage hour
+    # and a fast-window bucket
+    assert len(found) == 15
     for key in found:
         assert await redis_client.pttl(key) > 0, key
     assert await redis_client.pttl(store.keys.health("c")) > 3600_000
+
+
+async def test_a_tenants_keys_share_one_cluster_slot(redis_client: Redis, key_prefix: str) -> None:
+    """The admission and settlement scripts touch them together."""
+    store = RedisStatsStore(redis_client, prefix=key_prefix)
+    await exercise_every_key(store)
+    found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}{{tenant:acme}}*")]
+    assert len(found) == 7  # requests, tokens, concurrency, day and month spend, alert, usage
+    assert len({key_slot(key) for key in found}) == 1
 
 
 async def test_an_endpoints_keys_share_one_cluster_slot(

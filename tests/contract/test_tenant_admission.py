@@ -12,9 +12,10 @@ NOW = 1_000_020.0
 
 
 async def admit(store: StatsStore, request_id: str, quota: TenantQuota, tokens: int = 10) -> str:
-    return await store.admit_tenant(
+    admission = await store.admit_tenant(
         "acme", request_id, tokens=tokens, quota=quota, ttl_s=60, now=NOW
     )
+    return admission.verdict
 
 
 async def test_requests_limit_counts_only_admitted_requests(store: StatsStore) -> None:
@@ -26,7 +27,7 @@ async def test_requests_limit_counts_only_admitted_requests(store: StatsStore) -
         "requests",
     ]
     later = await store.admit_tenant("acme", "r9", tokens=1, quota=quota, ttl_s=60, now=NOW + 61)
-    assert later == "admitted"
+    assert later.verdict == "admitted"
 
 
 async def test_a_refusal_by_one_limit_consumes_none_of_the_others(store: StatsStore) -> None:
@@ -53,7 +54,7 @@ async def test_tenants_do_not_share_limits(store: StatsStore) -> None:
     quota = TenantQuota(requests=1)
     assert await admit(store, "a", quota) == "admitted"
     other = await store.admit_tenant("zeta", "a", tokens=1, quota=quota, ttl_s=60, now=NOW)
-    assert other == "admitted"
+    assert other.verdict == "admitted"
 
 
 async def test_concurrent_admissions_admit_exactly_the_limit(stores: StoreClients) -> None:

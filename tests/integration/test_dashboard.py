@@ -72,8 +72,8 @@ def stack() -> Iterator[Stack]:
     ):
         data = config(
             [
-                endpoint("vllm-a", a),
-                endpoint("vllm-b", b),
+                endpoint("vllm-a", a, price={"output_per_1m": 0.2}),
+                endpoint("vllm-b", b, price={"output_per_1m": 0.2}),
                 endpoint("hosted", hosted, "openai", price={"input_per_1m": 0.5}),
             ],
             policy={"name": "slo_aware", "explore_fraction": 0.0},
@@ -203,6 +203,12 @@ def test_the_json_agrees_with_the_store_the_admin_views_and_the_counters(stack: 
     )
     batch = next(c for c in document["classes"] if c["name"] == "batch")
     assert batch["window"]["shed"] == zeta["window"]["shed"]  # zeta sends only batch
+    for tenant in document["tenants"]:  # spend at the hosted endpoint's price, per 1k met
+        total = tenant["total"]
+        usd = counter_sum(metrics, "slo_gateway_usage_cost_usd_total", tenant=tenant["name"])
+        assert total["spend_usd"] == pytest.approx(usd)
+        assert total["cost_per_1k_met_usd"] == pytest.approx(1000 * usd / total["met"])
+    assert any(t["total"]["spend_usd"] > 0 for t in document["tenants"])
 
 
 # --- the page in a real browser --------------------------------------------------------------

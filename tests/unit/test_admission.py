@@ -123,6 +123,7 @@ def test_reason_strings_are_the_documented_header_values() -> None:
     assert {r.value for r in Reason} == {
         "tenant_rate_limited",
         "tenant_token_limited",
+        "tenant_budget_exceeded",
         "tenant_concurrency_limited",
         "saturated",
         "reserved_for_higher_priority",

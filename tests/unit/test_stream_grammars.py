@@ -227,3 +227,38 @@ def test_chat_restamps_every_chunk_with_the_model_its_first_event_spelt() -> Non
     chunk = b'data: {"model":"gpt-x-2024","choices":[{"delta":{"content":"a"}}]}\n\n'
     assert watch.feed(chunk) == chunk.replace(b'"gpt-x-2024"', b'"public-m"')
     assert watch.feed(chunk * 2) == (chunk * 2).replace(b'"gpt-x-2024"', b'"public-m"')
+
+
+def test_each_grammar_says_what_answered_and_its_cached_prompt() -> None:
+    """id, the upstream's model and the finish reasons (gen_ai.response.*), cached tokens."""
+    responses = ResponsesWatch(0.0, "public-m")
+    feed_split(responses, b"".join(responses_stream(["a", "b"])), 64)
+    assert responses.described == ("resp_1", "upstream-m", ("x",))
+    messages = MessagesWatch(0.0, "public-m")
+    feed_split(messages, b"".join(messages_stream(["a", "b"])), 64)
+    assert messages.described == ("msg_1", "upstream-m", ("end_turn",))
+    assert (messages.prompt_tokens, messages.cached_tokens) == (12, 3)
+    usage = {
+        "prompt_tokens": 20,
+        "completion_tokens": 2,
+        "prompt_tokens_details": {"cached_tokens": 16},
+    }
+    chunks = [
+        {
+            "id": "c1",
+            "model": "upstream-m",
+            "choices": [{"delta": {"content": "a"}, "finish_reason": None}],
+        },
+        {
+            "id": "c1",
+            "model": "upstream-m",
+            "choices": [{"delta": {"content": "b"}, "finish_reason": None}],
+        },
+        {"id": "c1", "model": "upstream-m", "choices": [{"delta": {}, "finish_reason": "stop"}]},
+        {"id": "c1", "model": "upstream-m", "choices": [], "usage": usage},
+    ]
+    stream = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+    chat = StreamWatch(0.0, "public-m")
+    feed_split(chat, stream, 100_000)
+    assert chat.described == ("c1", "upstream-m", ("stop",))
+    assert (chat.prompt_tokens, chat.cached_tokens, chat.output_tokens) == (20, 16, 2)

@@ -10,13 +10,15 @@ import pytest
 
 from gateway.core.tokens import (
     MEDIA_PART_TOKENS,
+    SAMPLE_CHARS,
+    count_texts,
     estimate_message_tokens,
     estimate_prompt_tokens,
     estimate_response_tokens,
     load_counter,
 )
 
-TWELVE = "hello world!"  # 12 characters: 3 estimated tokens
+TWELVE = "hello world!"  # 12 characters: 3 estimated tokens (2.52 + one "!" 0.24, rounded up)
 
 
 @pytest.mark.parametrize(
@@ -70,15 +72,15 @@ TWELVE = "hello world!"  # 12 characters: 3 estimated tokens
                 "messages": [{"role": "user", "content": ""}],
                 "tools": [{"type": "function", "function": {"name": "lookup"}}],
             },
-            # "type" "function" "function" "name" "lookup" = 30 characters
-            8 + 4 + 3,
+            # "type" "function" "function" "name" "lookup": 30 characters
+            count_texts(["type", "function", "function", "name", "lookup"]) + 4 + 3,
         ),
         # completions and embeddings
         ({"prompt": TWELVE}, 3),
         ({"prompt": [TWELVE, TWELVE]}, 6),
         ({"prompt": [101, 102, 103]}, 3),  # token ids count exactly
         ({"prompt": [[1, 2], [3, 4, 5]]}, 5),
-        ({"input": "x" * 400}, 100),
+        ({"input": "x" * 400}, count_texts(["x" * 400])),
         # malformed shapes are skipped, not fatal
         ({"messages": [1, None, {"content": 5}]}, 4 + 3),
         ({"prompt": {"not": "a prompt"}}, 0),
@@ -90,7 +92,7 @@ def test_estimates_characters_over_four_plus_overheads(body: dict[str, Any], exp
 
 def test_a_32k_token_prompt_estimates_to_32k() -> None:
     body = {"messages": [{"role": "user", "content": "abcd" * 32_000}]}
-    assert estimate_prompt_tokens(body) == 32_000 + 4 + 3
+    assert estimate_prompt_tokens(body) == count_texts(["abcd" * 32_000]) + 4 + 3
 
 
 def test_a_counter_replaces_the_character_estimate() -> None:
@@ -166,8 +168,8 @@ def test_tiktoken_counts_when_installed(monkeypatch: pytest.MonkeyPatch) -> None
                     {"type": "reasoning", "summary": [{"type": "summary_text", "text": TWELVE}]},
                 ]
             },
-            # 44 characters (12 + abcd efgh + 12 + 12) are 11 tokens; 4 items, an image, priming
-            11 + 4 * 4 + MEDIA_PART_TOKENS + 3,
+            # the text (12 + abcd efgh + 12 + 12 characters); 4 items, an image, priming
+            count_texts([TWELVE, "abcd", "efgh", TWELVE, TWELVE]) + 4 * 4 + MEDIA_PART_TOKENS + 3,
         ),
         # every string of the tools, keys included: type function name + 12 = 28 chars
         ({"input": "", "tools": [{"type": "function", "name": TWELVE}]}, 7),
@@ -208,10 +210,33 @@ def test_responses_bodies_count_instructions_items_and_tools(
                     },
                 ],
             },
-            # 41 characters (12 + abcd q 12 + 12) are 11 tokens; 3 messages, an image, priming
-            11 + 3 * 4 + MEDIA_PART_TOKENS + 3,
+            # the text (12 + abcd q 12 + 12 characters); 3 messages, an image, priming
+            count_texts([TWELVE, "abcd", "q", TWELVE, TWELVE]) + 3 * 4 + MEDIA_PART_TOKENS + 3,
         ),
     ],
 )
 def test_messages_bodies_count_system_blocks_and_tools(body: dict[str, Any], expected: int) -> None:
     assert estimate_message_tokens(body) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "low", "high"),
+    [
+        # characters per token around what o200k_base and cl100k_base count (bpe-openai): 4.65,
+        # 2.20, and 1.10 / 0.79 for the Chinese (chars/4 would say 4.0 for all three)
+        ("Could you help me write a short note to my landlord about the heater? " * 20, 4.2, 5.1),
+        ("node-17 drained 2025-03-14: p95 1840 ms, errors 0.42%, OPS-50321. " * 20, 1.8, 2.6),
+        ("请帮我写一封邮件给房东，暖气已经坏了三天了。" * 20, 0.7, 1.3),
+    ],
+)
+def test_the_rate_follows_the_kind_of_text(text: str, low: float, high: float) -> None:
+    assert low <= len(text) / count_texts([text]) <= high
+
+
+def test_the_rate_is_sampled_across_the_whole_prompt() -> None:
+    """Numbers after a long instruction count: a sample bounds the work, not its reach."""
+    prose = "Could you help me write a short note to my landlord about the heater? " * 60
+    numbers = "2025-03-14 node-17 1840 ms 0.42% OPS-50321; " * 60
+    assert len(prose) > SAMPLE_CHARS
+    real = 2341  # o200k_base and cl100k_base alike (bpe-openai); chars/4 says 1710
+    assert count_texts([prose, numbers]) == pytest.approx(real, rel=0.1)

@@ -17,7 +17,9 @@ polling and for scripts, and rendered server-side into the page's first state.
                         shed_total, queued, errors {outcome: n}, errors_total}: requests are
                         the judged ones; errors count every request whose outcome was not ok
                         (slo_gateway_requests_total: refused, failed, cancelled)
-    tenants[]           name, allowed_classes, window / total as for classes (queued: null)
+    tenants[]           name, allowed_classes, window / total as for classes (queued: null),
+                        plus spend_usd (at the endpoints' prices) and cost_per_1k_met_usd
+                        (spend per thousand SLO-met requests; null before any is met)
     decisions[]         newest first: the router's decision log entries plus `explanation`
 
 Endpoint fields are merged over replicas (the store); class and tenant counts are this
@@ -203,11 +205,19 @@ def tenants(runtime: Runtime, window: Totals, total: Totals) -> list[dict[str, A
         {
             "name": name,
             "allowed_classes": tenant.allowed_classes,
-            "window": tally(window, tenant=name),
-            "total": tally(total, tenant=name),
+            "window": tally(window, tenant=name) | spend(window, name),
+            "total": tally(total, tenant=name) | spend(total, name),
         }
         for name, tenant in runtime.config.tenants.items()
     ]
+
+
+def spend(totals: Totals, tenant: str) -> dict[str, float | None]:
+    """What the tenant's requests cost, and per thousand that met their SLO: the price of
+    the service level actually delivered."""
+    usd = totals.cost.get((tenant,), 0.0)
+    met = sum(n for key, n in totals.slo.items() if key[1] == tenant and key[2] == "met")
+    return {"spend_usd": usd, "cost_per_1k_met_usd": 1000 * usd / met if met else None}
 
 
 def decisions(runtime: Runtime) -> list[dict[str, Any]]:

@@ -41,6 +41,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "pct": lambda v: f"{v * 100:.0f}%",
     "age": _age,
     "reasons": _reasons,
+    "usd": lambda v: f"${v:.4f}" if v < 1 else f"${v:,.2f}",
 }
 
 
@@ -196,7 +197,12 @@ def class_table(doc: Mapping[str, Any]) -> str:
 
 def tenant_table(doc: Mapping[str, Any]) -> str:
     def row(t: Mapping[str, Any]) -> str:
-        return f'<th scope="row">{html.escape(t["name"])}</th>' + _counts(t, queued=False)
+        money = (
+            f'<td class="num">{cell(t, "window.spend_usd", "usd")}<small>'
+            f"{cell(t, 'total.spend_usd', 'usd')} since start</small></td>"
+            f'<td class="num">{cell(t, "window.cost_per_1k_met_usd", "usd")}</td>'
+        )
+        return f'<th scope="row">{html.escape(t["name"])}</th>' + _counts(t, queued=False) + money
 
     return _rows("tenants", doc["tenants"], row)
 
@@ -283,7 +289,7 @@ _PAGE = """<!doctype html>
 <h2>Tenants</h2>
 <table>
 <thead><tr><th>Tenant</th><th>Judged</th><th>SLO met</th><th>Shed, by reason</th>
-<th>Not ok, by outcome</th><th>Since start</th></tr></thead>
+<th>Not ok, by outcome</th><th>Since start</th><th>Spend</th><th>Per 1k SLO met</th></tr></thead>
 <tbody>{tenants}</tbody>
 </table>
 </section>

@@ -59,6 +59,7 @@ class Totals:
     shed: Mapping[Key, float]  # (class, tenant, reason)
     queued: Mapping[Key, float]  # (class,)
     outcomes: Mapping[Key, float] = field(default_factory=dict)  # (class, tenant, outcome)
+    cost: Mapping[Key, float] = field(default_factory=dict)  # (tenant,) USD at endpoint prices
 
     def minus(self, earlier: Totals) -> Totals:
         return Totals(
@@ -66,6 +67,7 @@ class Totals:
             _minus(self.shed, earlier.shed),
             _minus(self.queued, earlier.queued),
             _minus(self.outcomes, earlier.outcomes),
+            _minus(self.cost, earlier.cost),
         )
 
 
@@ -79,6 +81,7 @@ def totals(metrics: Metrics) -> Totals:
         _counts(metrics.shed, ("slo_class", "tenant", "reason")),
         _counts(metrics.queued, ("slo_class",)),
         _counts(metrics.requests, ("slo_class", "tenant", "outcome")),
+        _counts(metrics.usage_cost, ("tenant",)),
     )
 
 

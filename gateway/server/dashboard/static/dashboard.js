@@ -19,6 +19,7 @@
     pct: (v) => `${(v * 100).toFixed(0)}%`,
     age: (v) => (v < 10 ? `${v.toFixed(1)} s` : `${v.toFixed(0)} s`),
     reasons: (v) => Object.entries(v).map(([k, n]) => `${k} ${n}`).join(" · ") || NO_VALUE,
+    usd: (v) => (v < 1 ? `$${v.toFixed(4)}` : `$${v.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`),
   };
   const fmt = (v, kind) => (v === null || v === undefined ? NO_VALUE : FORMATS[kind](v));
   const get = (item, path) => path.split(".").reduce((v, k) => (v == null ? null : v[k]), item);

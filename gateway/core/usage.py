@@ -1,0 +1,107 @@
+"""Tenant accounting, pure: what a request costs, what it settles, and the limit headers.
+
+A tenant's tokens limit is charged the estimate at admission (prompt estimate + max_tokens) and
+settled when the request ends: `actual - reserved` is added to the window slot the reservation
+went to (`Settlement.token_slot`), so the window holds real usage whatever the estimate. Actual
+is what the upstream reported (prompt + completion), else what the gateway counted (a stream cut
+mid-way: its streamed tokens; a prompt never reported: its estimate); a request no upstream
+answered used nothing and gets all of its reservation back.
+
+Limit headers follow OpenAI's names and formats: `x-ratelimit-limit-requests`,
+`x-ratelimit-remaining-requests`, `x-ratelimit-reset-requests` ("1s", "6m0s", "250ms"), and the
+same for tokens. The reset is when capacity next comes back: when the oldest slot holding
+anything leaves the sliding window (gateway/state/rate.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from gateway.config.settings import Price, TenantBudget
+from gateway.state.rate import RATE_SLOTS
+from gateway.state.store import TenantAdmission, TenantQuota
+from gateway.state.usage import PUSD, BudgetQuota, day_reset_s, month_reset_s
+
+Headers = tuple[tuple[bytes, bytes], ...]
+
+
+def cost_pusd(price: Price, prompt: int, cached: int, completion: int) -> int:
+    """Pico-USD at `price`: uncached prompt tokens at the input rate, cached ones at the
+    cached rate, completion at the output rate (prices are per 1M tokens: x 1e6 pico-USD)."""
+    cached = min(cached, prompt)
+    micro = (
+        (prompt - cached) * price.input_per_1m
+        + cached * price.cached_input_rate
+        + completion * price.output_per_1m
+    )
+    return round(micro * 1e6)
+
+
+def usd(pusd: int) -> float:
+    return pusd / PUSD
+
+
+def budget_quota(budget: TenantBudget | None) -> BudgetQuota | None:
+    if budget is None:
+        return None
+    return BudgetQuota(
+        day_pusd=_pusd(budget.usd_per_day),
+        month_pusd=_pusd(budget.usd_per_month),
+        soft_fraction=budget.soft_alert_fraction,
+    )
+
+
+def _pusd(amount: float | None) -> int | None:
+    return None if amount is None else round(amount * PUSD)
+
+
+def budget_retry_after_s(budget: BudgetQuota, admission: TenantAdmission, now: float) -> float:
+    """Until every exhausted window has reset: a spent month outlasts any day."""
+    waits = [0.0]
+    if budget.day_pusd is not None and admission.spend_day_pusd >= budget.day_pusd:
+        waits.append(day_reset_s(now))
+    if budget.month_pusd is not None and admission.spend_month_pusd >= budget.month_pusd:
+        waits.append(month_reset_s(now))
+    return max(waits)
+
+
+def reset_s(oldest: int | None, window_s: float, now: float) -> float:
+    """Seconds until the oldest used slot leaves the window (0: nothing used)."""
+    if oldest is None:
+        return 0.0
+    return max(0.0, (oldest + RATE_SLOTS) * window_s / RATE_SLOTS - now)
+
+
+def limit_headers(quota: TenantQuota, admission: TenantAdmission, now: float) -> Headers:
+    found: list[tuple[bytes, bytes]] = []
+    windows = (
+        ("requests", quota.requests, admission.requests_used, admission.requests_oldest),
+        ("tokens", quota.tokens, admission.tokens_used, admission.tokens_oldest),
+    )
+    for name, limit, used, oldest in windows:
+        if limit is None:
+            continue
+        reset = duration(reset_s(oldest, quota.window_s, now))
+        found += [
+            (b"x-ratelimit-limit-" + name.encode(), str(limit).encode()),
+            (b"x-ratelimit-remaining-" + name.encode(), str(max(0, limit - used)).encode()),
+            (b"x-ratelimit-reset-" + name.encode(), reset.encode()),
+        ]
+    return tuple(found)
+
+
+def duration(seconds: float) -> str:
+    """Go's duration format as OpenAI writes these headers: "250ms", "1s", "6m0s", "1h2m3s".
+    Whole seconds from one second up (rounded up: retrying at the reset must not be early)."""
+    if seconds <= 0:
+        return "0s"
+    if seconds < 1:
+        return f"{math.ceil(seconds * 1000)}ms"
+    whole = math.ceil(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"

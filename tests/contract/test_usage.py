@@ -1,0 +1,120 @@
+"""Settlement, spend, budgets and usage buckets (gateway/state/usage.py), on every store."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.state.store import StatsStore, TenantQuota
+from gateway.state.usage import BudgetQuota, Settlement, UsageLine, hour_index
+from tests.contract.conftest import StoreClients, landed
+
+NOW = 1_000_020.0  # 1970-01-12 13:47 UTC: the day ends in 36 780 s
+QUOTA = TenantQuota(requests=100, tokens=1000)
+
+
+def line(cost: int = 500, *, model: str = "m", endpoint: str = "a", prompt: int = 10) -> UsageLine:
+    return UsageLine("interactive", model, endpoint, prompt, 4, 7, cost)
+
+
+async def admit(store: StatsStore, tokens: int, now: float = NOW, **kw: BudgetQuota) -> str:
+    admission = await store.admit_tenant(
+        "acme", f"r{tokens}-{now}", tokens=tokens, quota=QUOTA, ttl_s=60, now=now, **kw
+    )
+    return admission.verdict
+
+
+async def test_settlement_refunds_and_charges_the_reservations_slot(store: StatsStore) -> None:
+    first = await store.admit_tenant("acme", "a", tokens=600, quota=QUOTA, ttl_s=60, now=NOW)
+    assert (first.verdict, first.tokens_used, first.requests_used) == ("admitted", 600, 1)
+    assert await admit(store, 600) == "tokens"
+    # It used 17 tokens: 583 come back, though settled in a later slot of the window.
+    later = NOW + 20
+    await store.settle(Settlement("acme", later, first.slot, 17 - 600, 60.0, line()))
+    await landed(store)
+    again = await store.admit_tenant("acme", "b", tokens=900, quota=QUOTA, ttl_s=60, now=later)
+    assert (again.verdict, again.tokens_used) == ("admitted", 917)
+    # Over-estimated the other way: it produced more than reserved, and the window says so.
+    await store.settle(Settlement("acme", later, again.slot, 80, 60.0, line()))
+    await landed(store)
+    third = await store.admit_tenant("acme", "c", tokens=4, quota=QUOTA, ttl_s=60, now=later)
+    assert (third.verdict, third.tokens_used) == ("tokens", 997)
+
+
+async def test_a_slot_out_of_the_window_is_not_recreated(store: StatsStore) -> None:
+    first = await store.admit_tenant("acme", "a", tokens=600, quota=QUOTA, ttl_s=60, now=NOW)
+    later = NOW + 120  # the reservation's slot has left the window
+    await store.admit_tenant("acme", "b", tokens=5, quota=QUOTA, ttl_s=60, now=later)
+    await store.settle(Settlement("acme", later, first.slot, 400, 60.0, line()))
+    await landed(store)
+    third = await store.admit_tenant("acme", "c", tokens=1, quota=QUOTA, ttl_s=60, now=later)
+    assert third.tokens_used == 6
+
+
+async def test_admission_reports_what_the_windows_hold(store: StatsStore) -> None:
+    quota = TenantQuota(requests=3, tokens=100)
+    for i, verdict in enumerate(["admitted", "admitted", "admitted", "requests"]):
+        got = await store.admit_tenant("acme", f"r{i}", tokens=10, quota=quota, ttl_s=60, now=NOW)
+        assert got.verdict == verdict
+        assert got.requests_used == min(i + 1, 3)
+        assert got.requests_oldest == got.tokens_oldest == got.slot
+
+
+async def test_budget_refuses_once_spent_and_admits_next_day(store: StatsStore) -> None:
+    budget = BudgetQuota(day_pusd=1000, month_pusd=10_000)
+    assert await admit(store, 1, budget=budget) == "admitted"
+    await store.settle(Settlement("acme", NOW, None, 0, 60.0, line(cost=999), budget))
+    await landed(store)
+    assert await admit(store, 2, budget=budget) == "admitted"  # 999 < 1000
+    await store.settle(Settlement("acme", NOW, None, 0, 60.0, line(cost=1), budget))
+    await landed(store)
+    refused = await store.admit_tenant(
+        "acme", "x", tokens=1, quota=QUOTA, ttl_s=60, now=NOW, budget=budget
+    )
+    assert (refused.verdict, refused.spend_day_pusd, refused.spend_month_pusd) == (
+        "budget",
+        1000,
+        1000,
+    )
+    tomorrow = NOW + 36_780 + 1
+    assert await admit(store, 3, tomorrow, budget=budget) == "admitted"
+    month = BudgetQuota(month_pusd=1000)
+    assert await admit(store, 4, tomorrow, budget=month) == "budget"  # same month
+
+
+async def test_soft_alert_is_raised_once_per_window(stores: StoreClients) -> None:
+    clients = await stores.open(2)
+    budget = BudgetQuota(day_pusd=1000, soft_fraction=0.5)
+    raised: list[str] = []
+    for i in range(6):
+        settlement = Settlement("acme", NOW, None, 0, 60.0, line(cost=200), budget)
+        await clients[i % 2].settle(settlement, raised.append)
+    await landed(*clients)
+    assert raised == ["day"]
+
+
+async def test_usage_buckets_group_by_hour_and_group(stores: StoreClients) -> None:
+    clients = await stores.open(3)
+    settlements = [
+        Settlement("acme", NOW, None, 0, 60.0, line(model="m", endpoint=e, prompt=p))
+        for e, p in (("a", 10), ("a", 20), ("b", 5))
+    ] + [
+        Settlement("zeta", NOW + 3600, None, 0, 60.0, line(cost=1)),
+        Settlement("acme", NOW, None, 0, 60.0, None),  # nothing used: nothing accounted
+    ]
+    await asyncio.gather(*(clients[i % 3].settle(s) for i, s in enumerate(settlements)))
+    await landed(*clients)
+    hour = hour_index(NOW)
+    rows = await clients[0].usage(["acme", "zeta"], since_hour=hour, until_hour=hour + 2)
+    found = {(r.hour - hour, r.tenant, r.endpoint): r.metrics for r in rows}
+    assert found == {
+        (0, "acme", "a"): dict(
+            requests=2, prompt_tokens=30, cached_tokens=8, completion_tokens=14, cost_pusd=1000
+        ),
+        (0, "acme", "b"): dict(
+            requests=1, prompt_tokens=5, cached_tokens=4, completion_tokens=7, cost_pusd=500
+        ),
+        (1, "zeta", "a"): dict(
+            requests=1, prompt_tokens=10, cached_tokens=4, completion_tokens=7, cost_pusd=1
+        ),
+    }
+    assert await clients[0].usage(["acme"], since_hour=hour + 1, until_hour=hour + 2) == []
