@@ -19,14 +19,16 @@ decides how to degrade.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any, Literal, NamedTuple
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from gateway.state import keys, window
 from gateway.state.breaker import BreakerPolicy, BreakerState
@@ -75,7 +77,7 @@ def _number(value: bytes | str | None) -> float:
 class RedisStatsStore:
     def __init__(
         self,
-        client: Redis,
+        client: Redis | RedisCluster,
         *,
         window_s: float = 60.0,
         bucket_s: float = 5.0,
@@ -91,6 +93,8 @@ class RedisStatsStore:
         self.keys = KeySpace(prefix)
         self._owns_client = owns_client
         self._bucket_count = math.ceil(window_s / bucket_s)
+        self._loading = asyncio.Lock()
+        self._loaded = 0  # how many times the scripts were loaded
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(_script_source(name)) for name in SCRIPTS
         }
@@ -100,20 +104,38 @@ class RedisStatsStore:
         return count
 
     async def write_batch(self, writes: Sequence[Write]) -> list[Any]:
-        """Lease takes and drops and observations, in order, in one pipeline (redis-py sends a
-        SCRIPT EXISTS first when it runs scripts): the write-behind's flush. The replies, in
-        order; a write Redis refused gets its exception as its reply."""
+        """Lease takes and drops and observations, in order, in one pipeline: the write-behind's
+        flush. The replies, in order; a write Redis refused gets its exception as its reply.
+        Scripts go by EVALSHA alone (a cluster pipeline takes no script object, and a one-node
+        one would check SCRIPT EXISTS before every batch): a server without them (just started,
+        or a replica a failover promoted) refuses those writes, which never ran, so the scripts
+        are loaded (on every master of a cluster) and those writes sent once more."""
+        replies = await self._pipelined(writes)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            await self._load_scripts(self._loaded)
+            again = await self._pipelined([writes[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _pipelined(self, writes: Sequence[Write]) -> list[Any]:
         async with self.client.pipeline(transaction=False) as pipe:
             for write in writes:
                 key = self.keys.leases(write.endpoint_id)
                 if write.kind == "release":
                     pipe.zrem(key, write.request_id)
-                elif write.kind == "acquire":
+                    continue
+                if write.kind == "acquire":
+                    name, keys_ = "lease_acquire", [key]
                     args = _lease_args(write.request_id, write.ttl_s, write.now, _NO_LIMIT)
-                    await self._scripts["lease_acquire"](keys=[key], args=args, client=pipe)
                 elif write.sample is not None:
+                    name = "observe"
                     keys_, args = self._observe_call(write.endpoint_id, write.sample)
-                    await self._scripts["observe"](keys=keys_, args=args, client=pipe)
+                else:
+                    continue
+                sha = self._scripts[name].sha
+                pipe.execute_command("EVALSHA", sha, len(keys_), *keys_, *args)
             return list(await pipe.execute(raise_on_error=False))
 
     async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
@@ -145,7 +167,7 @@ class RedisStatsStore:
 
     async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
         keys_, args = self._observe_call(endpoint_id, sample)
-        await self._scripts["observe"](keys=keys_, args=args)
+        await self._eval("observe", keys=keys_, args=args)
 
     def _observe_call(
         self, endpoint_id: str, sample: LatencySample
@@ -177,7 +199,8 @@ class RedisStatsStore:
     ) -> TenantVerdict:
         current, oldest = slot_range(now, quota.window_s)
         parts = ("requests", "tokens", "concurrency")
-        reply = await self._scripts["tenant_admit"](
+        reply = await self._eval(
+            "tenant_admit",
             keys=[self.keys.tenant(tenant, part) for part in parts],
             args=[
                 current,
@@ -201,7 +224,8 @@ class RedisStatsStore:
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
     ) -> BreakerState:
-        reply = await self._scripts["breaker_record"](
+        reply = await self._eval(
+            "breaker_record",
             keys=[self.keys.health(endpoint_id)],
             args=[now, int(ok), policy.failure_threshold, policy.cooldown_s, self._health_ttl()],
         )
@@ -209,7 +233,8 @@ class RedisStatsStore:
         return BreakerState(int(fails), open_until, trial_until)
 
     async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
-        reply = await self._scripts["breaker_trial"](
+        reply = await self._eval(
+            "breaker_trial",
             keys=[self.keys.health(endpoint_id)],
             args=[now, policy.trial_timeout_s, self._health_ttl()],
         )
@@ -217,8 +242,8 @@ class RedisStatsStore:
 
     async def cool_down(self, endpoint_id: str, *, until_s: float, now: float) -> float:
         ttl_s = max(keys.HEALTH_TTL_S, until_s - now + keys.TTL_MARGIN_S)
-        reply = await self._scripts["cool_down"](
-            keys=[self.keys.health(endpoint_id)], args=[until_s, keys.ttl_ms(ttl_s)]
+        reply = await self._eval(
+            "cool_down", keys=[self.keys.health(endpoint_id)], args=[until_s, keys.ttl_ms(ttl_s)]
         )
         return _number(reply)
 
@@ -226,11 +251,35 @@ class RedisStatsStore:
         if self._owns_client:
             await self.client.aclose()
 
+    async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """One script by EVALSHA, the scripts loaded before the first (redis-py's own fallback,
+        a Script object's, is not used: on a cluster, many callers loading at once broke
+        connections, seen with redis-py 8.1), and again where a server lacks them (a replica a
+        failover promoted)."""
+        sha = self._scripts[name].sha
+        if not self._loaded:
+            await self._load_scripts(0)
+        loads = self._loaded
+        try:
+            return await self.client.evalsha(sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self._load_scripts(loads)
+            return await self.client.evalsha(sha, len(keys), *keys, *args)
+
+    async def _load_scripts(self, seen: int) -> None:
+        """Every script on every master, once for all callers that found them missing after
+        load number `seen`."""
+        async with self._loading:
+            if self._loaded == seen:
+                for script in self._scripts.values():
+                    await self.client.script_load(script.script)
+                self._loaded += 1
+
     async def _lease(
         self, key: str, request_id: str, ttl_s: float, now: float, limit: int = _NO_LIMIT
     ) -> tuple[bool, int]:
-        held, count = await self._scripts["lease_acquire"](
-            keys=[key], args=_lease_args(request_id, ttl_s, now, limit)
+        held, count = await self._eval(
+            "lease_acquire", keys=[key], args=_lease_args(request_id, ttl_s, now, limit)
         )
         return bool(held), int(count)
 
@@ -238,7 +287,8 @@ class RedisStatsStore:
         self, key: str, cost: int, limit: int, window_s: float, now: float
     ) -> tuple[bool, int]:
         current, oldest = slot_range(now, window_s)
-        added, total = await self._scripts["rate_window"](
+        added, total = await self._eval(
+            "rate_window",
             keys=[self.keys.rate(key)],
             args=[current, oldest, cost, limit, keys.ttl_ms(slot_ttl_s(window_s))],
         )
