@@ -297,3 +297,4 @@ class Settings(BaseSettings):
     request_log: bool = True
     log_prompts: bool = False  # debug only: adds prompt text to those lines
     dashboard_sample_s: float = Field(2.0, gt=0)  # the dashboard's history ring samples every
+    workers: int = Field(1, ge=1)  # `serve` processes sharing the port (gateway/server/workers.py)
