@@ -152,9 +152,9 @@ class Runtime:
 
     def apply(self, config: GatewayConfig) -> None:
         """Swap in the reloadable sections of a new config (see gateway/server/reload.py)."""
-        fixed = ("endpoints", "server", "state")
+        fixed = ("endpoints", "endpoint_groups", "server", "state")
         if any(getattr(config, name) != getattr(self.config, name) for name in fixed):
-            log.warning("config reload: endpoints, server and state apply after a restart")
+            log.warning("config reload: endpoints, groups, server, state apply after a restart")
         self.keyring = KeyRing(config)
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
         self.admission.reconfigure(config.admission, limits)
