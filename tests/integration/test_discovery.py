@@ -16,6 +16,7 @@ from gateway.sim.engine import create_engine_app
 from tests.faults.clients import Load
 from tests.fixtures.dns_server import ScriptedDns
 from tests.fixtures.gateway import (
+    ADMIN_KEY,
     ENGINE_MODEL,
     PUBLIC_MODEL,
     TENANT_KEY,
@@ -30,6 +31,7 @@ from tests.fixtures.servers import UvicornThread
 
 pytestmark = pytest.mark.integration
 AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 HOSTS = ["127.0.0.2", "127.0.0.3"]
 
 
@@ -64,6 +66,11 @@ def phases(base_url: str) -> dict[str, str]:
     return endpoints
 
 
+def dashboard_members(base_url: str) -> set[str]:
+    board = httpx.get(base_url + "/admin/dashboard.json", headers=ADMIN).json()
+    return {entry["id"] for entry in board["endpoints"]}
+
+
 def served_by(base_url: str, member: str) -> float:
     metrics = httpx.get(base_url + "/metrics").text
     return counter_sum(metrics, "slo_gateway_requests_total", endpoint=member, outcome="ok")
@@ -92,6 +99,7 @@ def test_a_discovered_pool_grows_and_shrinks_under_load_losing_nothing() -> None
                 assert next(lines).startswith("data:")  # on the only member: the first
                 dns.set("vllm.test.", "A", HOSTS)  # grows
                 assert eventually(lambda: served_by(base, second) >= 10)
+                assert dashboard_members(base) == {first, second}
                 dns.set("vllm.test.", "A", HOSTS[1:])  # shrinks: the stream's member leaves
                 assert eventually(lambda: phases(base).get(first) == "withdrawn")
                 rest = list(lines)
