@@ -183,6 +183,9 @@ def serve_worker() -> None:
     from gateway.server.app import create_app
     from gateway.server.http_protocol import bounded_protocol
 
+    # A reload asked while starting would kill the worker (SIGHUP's default); it reads the file
+    # as it starts anyway, and the app's own handler takes over once it runs.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     settings = Settings()
     assert settings.config is not None  # the supervisor passes GATEWAY_CONFIG on
     config = load_config(settings.config)

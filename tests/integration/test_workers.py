@@ -18,6 +18,7 @@ import pytest
 from tests.fixtures.gateway import (
     TENANT_KEY,
     GatewayProcess,
+    LoggedGateway,
     chat_body,
     config,
     counter_sum,
@@ -85,11 +86,16 @@ def test_two_workers_serve_one_port_and_share_tenant_limits_exactly(tmp_path: Pa
             assert counter_sum(metrics, "slo_gateway_requests_total", outcome="ok") == 10
 
 
-def test_a_killed_worker_is_replaced_and_nothing_outlives_the_supervisor(tmp_path: Path) -> None:
+def test_sighup_reloads_every_worker_and_a_killed_one_is_replaced(tmp_path: Path) -> None:
+    """Nothing the supervisor started outlives it either."""
     with fleet_member(engine()) as engine_url:
-        with GatewayProcess(workers_config(engine_url), tmp_path, **NO_REDIS) as gateway:
-            assert eventually(lambda: len(worker_pids(gateway)) == 2)
+        with LoggedGateway(workers_config(engine_url), tmp_path, **NO_REDIS) as gateway:
+            assert eventually(lambda: len(answering_pids(gateway.base_url)) == 2)  # both serve
             before = worker_pids(gateway)
+            assert gateway.process is not None
+            gateway.process.send_signal(signal.SIGHUP)  # the file is unchanged: no poll reloads
+            assert eventually(lambda: gateway.logs().count("config reloaded from") == 2)
+            assert worker_pids(gateway) == before
             started = valkey_pids(gateway) | before
             victim = min(before)
             os.kill(victim, signal.SIGKILL)
