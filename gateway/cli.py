@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 import uvicorn
 
-from gateway.config.settings import ConfigError, Settings, load_config
+from gateway.config.settings import ConfigError, GatewayConfig, Settings, load_config
 from gateway.server.app import create_app
 from gateway.server.http_protocol import bounded_protocol
 
@@ -26,8 +26,11 @@ def serve(
     ] = None,
     host: Annotated[str | None, typer.Option(help="Bind address (or GATEWAY_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (or GATEWAY_PORT).")] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Worker processes on the port (or GATEWAY_WORKERS).")
+    ] = None,
 ) -> None:
-    """Run the gateway from a config file."""
+    """Run the gateway from a config file (docs/deploy.md: workers, Redis, discovery)."""
     settings = Settings()
     path = config or settings.config
     if path is None:
@@ -37,6 +40,9 @@ def serve(
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
+    count = workers or settings.workers
+    if count > 1:
+        raise typer.Exit(_supervise(gateway_config, Path(path), settings, count, host, port))
     app = create_app(gateway_config, settings, config_path=Path(path))
     uvicorn.run(
         app,
@@ -47,6 +53,26 @@ def serve(
         timeout_graceful_shutdown=gateway_config.server.drain_timeout_s,
         http=bounded_protocol(gateway_config.server),
     )
+
+
+def _supervise(
+    config: GatewayConfig,
+    path: Path,
+    settings: Settings,
+    count: int,
+    host: str | None,
+    port: int | None,
+) -> int:
+    from gateway.server.workers import Supervisor
+
+    supervisor = Supervisor(
+        config, path, settings, count, host or settings.host, port or settings.port
+    )
+    try:
+        return supervisor.run()
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        return 2
 
 
 def _register_tools() -> None:

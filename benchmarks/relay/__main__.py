@@ -31,6 +31,7 @@ from benchmarks.relay.systems import (
     FLOOR,
     FULL,
     LITELLM,
+    OPTIONAL,
     QUICK,
     catalogue,
 )
@@ -41,7 +42,8 @@ NAMES = [phase.name for phase in PHASES]
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.relay", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a few seconds, 1 repeat")
-    parser.add_argument("--systems", help=f"comma-separated subset of: {', '.join(FULL)}")
+    known = ", ".join(FULL + OPTIONAL)
+    parser.add_argument("--systems", help=f"comma-separated subset of: {known}")
     parser.add_argument("--phases", help=f"comma-separated subset of: {', '.join(NAMES)}")
     parser.add_argument("--repeats", type=int, help="rounds to take medians over (3; quick 1)")
     parser.add_argument("--seconds", type=float, help="open-loop phase length (4; quick 0.2)")
@@ -83,7 +85,7 @@ def options(args: argparse.Namespace, logs: Path) -> Options:
     chosen += tuple(name for name in candidates if name not in chosen)
     if args.no_litellm:
         chosen = tuple(s for s in chosen if s != LITELLM)
-    unknown = set(chosen) - set(FULL) - set(candidates)
+    unknown = set(chosen) - set(FULL) - set(OPTIONAL) - set(candidates)
     if unknown:
         raise SystemExit(f"unknown systems: {sorted(unknown)}")
     phases = tuple(p for p in PHASES if not args.phases or p.name in args.phases.split(","))

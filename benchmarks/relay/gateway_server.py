@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import uvicorn
+import yaml
 from fastapi import FastAPI
 
 from benchmarks.relay.backend import KEY_PREFIX, PUBLIC_MODEL, TENANT_KEY, UPSTREAM_MODEL
 from gateway.config.settings import Settings, parse_config
 from gateway.server.app import create_app
+from gateway.server.workers import Supervisor
 
 TENANT_KEY_ENV = "BENCH_TENANT_KEY"
 
@@ -52,12 +56,29 @@ def build_app(upstream_url: str, policy: str) -> FastAPI:
     return create_app(parse_config(bench_config(upstream_url, policy), "bench"), Settings())
 
 
+def supervise(upstream_url: str, policy: str, port: int, workers: int) -> int:
+    """`slo-gateway serve --workers N` on the bench config, written where its workers read it."""
+    os.environ.setdefault(TENANT_KEY_ENV, TENANT_KEY)
+    os.environ.setdefault("GATEWAY_REDIS_PREFIX", KEY_PREFIX)
+    data = bench_config(upstream_url, policy)
+    with tempfile.TemporaryDirectory(prefix="sg-bench-") as workdir:
+        path = Path(workdir) / "gateway.yaml"
+        path.write_text(yaml.safe_dump(data))
+        config = parse_config(data, "bench")
+        return Supervisor(
+            config, path, Settings(log_level="warning"), workers, "127.0.0.1", port
+        ).run()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="the endpoint's base URL, with /v1")
     parser.add_argument("--policy", default="slo_aware")
+    parser.add_argument("--workers", type=int, default=0, help="serve --workers N (0: in-process)")
     args = parser.parse_args()
+    if args.workers:
+        raise SystemExit(supervise(args.upstream, args.policy, args.port, args.workers))
     uvicorn.run(
         build_app(args.upstream, args.policy),
         host="127.0.0.1",

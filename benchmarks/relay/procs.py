@@ -120,7 +120,7 @@ def start(
     name: str,
     argv: list[str],
     port: int,
-    core: int,
+    core: int | str,
     logs: Path,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,

@@ -115,13 +115,16 @@ async def _profile(args: argparse.Namespace, logs: Path, output: Path) -> None:
         servers.append(system)
         await wait_ready(servers[0], "/health", 10.0)
         await wait_ready(system, spec.ready_path, spec.start_timeout_s)
-        await _sample(system, args, output, load_core)
+        await _sample(system, args, output, load_core, spec.all_cores)
     finally:
         for server in servers:
             server.stop()
 
 
-async def _sample(system: Running, args: argparse.Namespace, output: Path, core: int) -> None:
+async def _sample(
+    system: Running, args: argparse.Namespace, output: Path, core: int, workers: bool
+) -> None:
+    """`workers`: `serve --workers N`, whose requests run in the supervisor's children."""
     target = make_target(args.system, system.port)
     await closed_loop(target, args.concurrency, WARM_S, args.stream)
     spy = subprocess.Popen(
@@ -137,6 +140,7 @@ async def _sample(system: Running, args: argparse.Namespace, output: Path, core:
             str(args.seconds),
             "--rate",
             str(args.rate),
+            *(["--subprocesses"] if workers else []),
             "--format",
             "raw",
             "--output",

@@ -144,7 +144,9 @@ async def _start_all(running: Fleet, options: Options) -> None:
             # the candidate's own `gateway` package first; the harness's modules as a fallback
             cwd, env["PYTHONPATH"] = options.candidates[name], os.getcwd()
         argv = spec.argv(port, upstream)
-        server = start(name, argv, port, options.proxy_core, options.logs, env, cwd)
+        cores = ",".join(map(str, sorted(os.sched_getaffinity(0) | {options.proxy_core})))
+        core = cores if spec.all_cores else str(options.proxy_core)
+        server = start(name, argv, port, core, options.logs, env, cwd)
         running.servers[name] = server
         waits.append(wait_ready(server, spec.ready_path, spec.start_timeout_s))
     await asyncio.gather(*waits)

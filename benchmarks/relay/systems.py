@@ -20,6 +20,10 @@ FLOOR = "fastapi-aiohttp"  # the bare relay built like the gateway: every ratio'
 LITELLM = "litellm"
 GATEWAY = "gateway-memory"
 GATEWAY_REDIS = "gateway-redis"
+# `serve --workers N` (the supervisor, its workers and their private Valkey) on every core the
+# machine has, sharing them with the mock and the load generator; measured only on request.
+WORKERS1 = "gateway-workers1"
+WORKERS = "gateway-workers2"
 CANDIDATE = "candidate:"  # + a directory name: the gateway from another tree (--candidate DIR)
 CANDIDATE_REDIS = "candidate-redis:"  # the same on the Redis store (--candidate-redis DIR)
 PYTHON = sys.executable
@@ -32,6 +36,7 @@ class Spec:
     argv: Callable[[int, str], list[str]]  # (port, endpoint base URL) -> command
     ready_path: str = "/health"
     start_timeout_s: float = 30.0
+    all_cores: bool = False  # not pinned to the proxy core
 
 
 def _relay(kind: str, *extra: str) -> Callable[[int, str], list[str]]:
@@ -42,7 +47,7 @@ def _relay(kind: str, *extra: str) -> Callable[[int, str], list[str]]:
     return argv
 
 
-def _gateway(policy: str) -> Callable[[int, str], list[str]]:
+def _gateway(policy: str, *extra: str) -> Callable[[int, str], list[str]]:
     def argv(port: int, upstream: str) -> list[str]:
         module = "benchmarks.relay.gateway_server"
         return [
@@ -55,6 +60,7 @@ def _gateway(policy: str) -> Callable[[int, str], list[str]]:
             upstream,
             "--policy",
             policy,
+            *extra,
         ]
 
     return argv
@@ -85,6 +91,16 @@ def catalogue(policy: str, candidates: tuple[str, ...] = ()) -> dict[str, Spec]:
         Spec(GATEWAY, "slo-gateway, memory store", _gateway(policy), "/readyz"),
         Spec(GATEWAY_REDIS, "slo-gateway, Redis store", _gateway(policy), "/readyz"),
         Spec(LITELLM, "LiteLLM proxy, 1 worker", _litellm, "/health/liveliness", 180.0),
+        *(
+            Spec(
+                name,
+                f"slo-gateway, serve --workers {n} (private Valkey), all cores",
+                _gateway(policy, "--workers", str(n)),
+                "/readyz",
+                all_cores=True,
+            )
+            for n, name in ((1, WORKERS1), (2, WORKERS))
+        ),
     ]
     specs += [
         Spec(name, _candidate_label(name), _gateway(policy), "/readyz") for name in candidates
@@ -114,6 +130,7 @@ FULL = (
     LITELLM,
 )
 QUICK = (DIRECT, FLOOR, GATEWAY)
+OPTIONAL = (WORKERS1, WORKERS)  # chosen with --systems only
 
 
 def redis_binary() -> str | None:

@@ -129,6 +129,39 @@ class EndpointConfig(_Strict):
         return {"authorization": f"Bearer {key}"}
 
 
+class EndpointGroupConfig(_Strict):
+    """Endpoints discovered by DNS (gateway/watch/discovery.py): every address the name resolves
+    to is a member, `member` its shared fields (an endpoint's, less id and URLs)."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    dns: str = Field(min_length=1, description="e.g. a headless Service: vllm.ns.svc.cluster.local")
+    record: Literal["A", "AAAA", "A+AAAA", "SRV"] = "A"
+    port: int | None = Field(None, ge=1, le=65535, description="for A/AAAA (SRV names its own)")
+    scheme: Literal["http", "https"] = "http"
+    path: str = "/v1"
+    nameservers: list[str] = Field(default_factory=list, description="ip or ip:port; else system")
+    poll_interval_s: float = Field(5.0, gt=0, description="at most this often, and once a TTL ends")
+    max_poll_interval_s: float = Field(30.0, gt=0, description="however long the TTL")
+    member: dict[str, Any] = Field(description="kind, models, price, apis... shared by members")
+
+    @model_validator(mode="after")
+    def _member(self) -> EndpointGroupConfig:
+        fixed = {"id", "base_url", "metrics_url"} & set(self.member)
+        if fixed:
+            raise ValueError(f"member: {sorted(fixed)} come from each discovered address")
+        if self.record != "SRV" and self.port is None:
+            raise ValueError(f"set port: {self.record} records carry no port")
+        self.endpoint("127.0.0.1", self.port or 80)  # the shared fields' errors, at load time
+        return self
+
+    def endpoint(self, address: str, port: int) -> EndpointConfig:
+        """The member at address:port; its id stable per address (`<group>-<ip>-<port>`)."""
+        host = f"[{address}]" if ":" in address else address
+        member_id = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{self.name}-{address}-{port}")
+        url = f"{self.scheme}://{host}:{port}{self.path}"
+        return EndpointConfig.model_validate(self.member | {"id": member_id, "base_url": url})
+
+
 class TenantLimits(_Strict):
     requests_per_min: int | None = Field(None, ge=1)
     tokens_per_min: int | None = Field(None, ge=1)
@@ -242,7 +275,8 @@ class StateConfig(_Strict):
 
 
 class GatewayConfig(_Strict):
-    endpoints: list[EndpointConfig] = Field(min_length=1)
+    endpoints: list[EndpointConfig] = Field(default_factory=list)
+    endpoint_groups: list[EndpointGroupConfig] = Field(default_factory=list)
     tenants: dict[str, TenantConfig] = Field(min_length=1)
     classes: dict[str, SloClassConfig] = Field(min_length=1)
     policy: PolicyParams = Field(default_factory=lambda: _default_policy())
@@ -252,10 +286,12 @@ class GatewayConfig(_Strict):
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
-        ids = [e.id for e in self.endpoints]
+        if not self.endpoints and not self.endpoint_groups:
+            raise ValueError("declare endpoints, endpoint_groups (discovered by DNS), or both")
+        ids = [e.id for e in self.endpoints] + [g.name for g in self.endpoint_groups]
         dupes = {i for i in ids if ids.count(i) > 1}
         if dupes:
-            raise ValueError(f"duplicate endpoint ids: {sorted(dupes)}")
+            raise ValueError(f"duplicate endpoint ids or group names: {sorted(dupes)}")
         for name, tenant in self.tenants.items():
             unknown = [c for c in tenant.allowed_classes if c not in self.classes]
             if unknown:
@@ -316,3 +352,4 @@ class Settings(BaseSettings):
     request_log: bool = True
     log_prompts: bool = False  # debug only: adds prompt text to those lines
     dashboard_sample_s: float = Field(2.0, gt=0)  # the dashboard's history ring samples every
+    workers: int = Field(1, ge=1)  # `serve` processes sharing the port (gateway/server/workers.py)

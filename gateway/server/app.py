@@ -33,6 +33,7 @@ from gateway.server import (
     usage_routes,
 )
 from gateway.server.http_protocol import BODY_TIMED_OUT, too_slow
+from gateway.server.membership import Membership
 from gateway.server.middleware import RequestMiddleware
 from gateway.server.openai_routes import Handler
 from gateway.server.reload import ConfigReloader
@@ -70,6 +71,7 @@ def create_app(
         runtime = Runtime.build(config, settings, store, metrics)
         app.state.runtime = runtime
         runtime.start()
+        runtime.tasks += [asyncio.create_task(job) for job in Membership(runtime).jobs()]
         app.state.history = dashboard.watch(runtime, settings.dashboard_sample_s)
         if config_path is not None:
             _watch(runtime, config_path)

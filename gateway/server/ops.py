@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.core.candidates import rotation_phase
 from gateway.server.runtime import Runtime
+from gateway.telemetry.metrics import exposition
 
 routes = APIRouter()
 
@@ -33,6 +35,7 @@ async def readyz(request: Request) -> JSONResponse:
         "ready": ready,
         "store": runtime.store_kind,
         "shared_state": "up" if runtime.shared_state_up else "degraded_to_local",
+        "pid": os.getpid(),  # which worker answered, under `serve --workers N`
         "endpoints": endpoints,
     }
     return JSONResponse(body, status_code=200 if ready else 503)
@@ -60,7 +63,7 @@ async def metrics(request: Request) -> Response:
             m.engine_kv_usage.labels(eid).set(signals.kv_usage)
         if signals is not None and signals.waiting is not None:
             m.engine_waiting.labels(eid).set(signals.waiting)
-    return Response(generate_latest(m.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(exposition(m.registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @routes.get("/admin/endpoints")

@@ -8,8 +8,6 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import BlockingConnectionPool, Redis
-
 from gateway.config.settings import GatewayConfig, Settings
 from gateway.server.admission_queue import Admission
 from gateway.server.auth import KeyRing
@@ -20,6 +18,7 @@ from gateway.state.background import Background
 from gateway.state.breaker import BreakerPolicy
 from gateway.state.leases import LeaseBook
 from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.redis_connect import connect
 from gateway.state.redis_store import RedisStatsStore
 from gateway.state.resilient import ResilientStore
 from gateway.state.store import StatsStore
@@ -32,8 +31,6 @@ from gateway.watch.health import HealthChecker
 from gateway.watch.scraper import Scraper
 from policies.registry import build as build_policy
 
-REDIS_MAX_CONNECTIONS = 64
-
 
 def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, str]:
     """Redis (degrading to memory while it is down) when a URL is set, else memory."""
@@ -44,25 +41,17 @@ def open_store(config: GatewayConfig, settings: Settings) -> tuple[StatsStore, s
     )
     if not settings.redis_url:
         return memory, "memory"
-    # A blocking pool: under a burst, calls wait for a connection (bounded by the timeout)
-    # instead of failing with "too many connections" and sending the replica to local state.
-    pool = BlockingConnectionPool.from_url(
-        settings.redis_url,
-        max_connections=REDIS_MAX_CONNECTIONS,
-        timeout=state.redis_timeout_s,
-        socket_timeout=state.redis_timeout_s,
-        socket_connect_timeout=state.redis_timeout_s,
-    )
-    client = Redis.from_pool(pool)  # the client owns the pool: closing it disconnects all
+    connection = connect(settings.redis_url, timeout_s=state.redis_timeout_s)
     redis = RedisStatsStore(
-        client,
+        connection.client,
         window_s=state.window_s,
         bucket_s=state.bucket_s,
         prefix=settings.redis_prefix or keys.PREFIX,
         owns_client=True,
         usage_retention_s=retention_s,
     )
-    return ResilientStore(redis, memory, client.ping, timeout_s=state.redis_timeout_s), "redis"
+    resilient = ResilientStore(redis, memory, connection.ping, timeout_s=state.redis_timeout_s)
+    return resilient, "redis"
 
 
 def _watchers(
@@ -174,9 +163,9 @@ class Runtime:
 
     def apply(self, config: GatewayConfig) -> None:
         """Swap in the reloadable sections of a new config (see gateway/server/reload.py)."""
-        fixed = ("endpoints", "server", "state")
+        fixed = ("endpoints", "endpoint_groups", "server", "state")
         if any(getattr(config, name) != getattr(self.config, name) for name in fixed):
-            log.warning("config reload: endpoints, server and state apply after a restart")
+            log.warning("config reload: endpoints, groups, server, state apply after a restart")
         self.keyring = KeyRing(config)
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
         budgets = {name: tenant.budget for name, tenant in config.tenants.items()}

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from typing import Protocol
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 from gateway.state.keys import KeySpace, ttl_ms
 from gateway.state.redis_store import FAILURES, RedisStatsStore
@@ -58,7 +59,7 @@ class MemoryOwnerStore:
 class RedisOwnerStore:
     """Redis, and this replica's memory for the calls Redis does not answer in time."""
 
-    def __init__(self, client: Redis, keys: KeySpace, *, timeout_s: float) -> None:
+    def __init__(self, client: Redis | RedisCluster, keys: KeySpace, *, timeout_s: float) -> None:
         self.client = client
         self.keys = keys
         self.timeout_s = timeout_s

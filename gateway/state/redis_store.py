@@ -19,19 +19,32 @@ decides how to degrade.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any, Literal, NamedTuple
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from gateway.state import keys, usage, window
 from gateway.state.breaker import BreakerPolicy, BreakerState
 from gateway.state.keys import KeySpace
 from gateway.state.rate import slot_range, slot_ttl_s
+from gateway.state.redis_calls import (
+    NO_LIMIT,
+    announce,
+    lease_args,
+    limit_arg,
+    number,
+    settle_call,
+    slot_of,
+    stats_of,
+    text,
+)
 from gateway.state.store import (
     Alerted,
     EndpointStats,
@@ -54,7 +67,6 @@ SCRIPTS = (
     "tenant_settle",
 )
 _VERDICTS: tuple[TenantVerdict, ...] = ("admitted", "requests", "tokens", "concurrency", "budget")
-_NO_LIMIT = -1
 # What a failed call to Redis raises: its own errors, a dropped connection, a timeout.
 FAILURES = (RedisError, OSError, TimeoutError)
 
@@ -76,18 +88,10 @@ def _script_source(name: str) -> str:
     return (resources.files("gateway.state") / "lua" / f"{name}.lua").read_text()
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _number(value: bytes | str | None) -> float:
-    return float(value) if value is not None else 0.0
-
-
 class RedisStatsStore:
     def __init__(
         self,
-        client: Redis,
+        client: Redis | RedisCluster,
         *,
         window_s: float = 60.0,
         bucket_s: float = 5.0,
@@ -105,6 +109,8 @@ class RedisStatsStore:
         self.usage_retention_s = usage_retention_s
         self._owns_client = owns_client
         self._bucket_count = math.ceil(window_s / bucket_s)
+        self._loading = asyncio.Lock()
+        self._loaded = 0  # how many times the scripts were loaded
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(_script_source(name)) for name in SCRIPTS
         }
@@ -114,23 +120,41 @@ class RedisStatsStore:
         return count
 
     async def write_batch(self, writes: Sequence[Write]) -> list[Any]:
-        """Lease takes and drops and observations, in order, in one pipeline (redis-py sends a
-        SCRIPT EXISTS first when it runs scripts): the write-behind's flush. The replies, in
-        order; a write Redis refused gets its exception as its reply."""
+        """Lease takes and drops and observations, in order, in one pipeline: the write-behind's
+        flush. The replies, in order; a write Redis refused gets its exception as its reply.
+        Scripts go by EVALSHA alone (a cluster pipeline takes no script object, and a one-node
+        one would check SCRIPT EXISTS before every batch): a server without them (just started,
+        or a replica a failover promoted) refuses those writes, which never ran, so the scripts
+        are loaded (on every master of a cluster) and those writes sent once more."""
+        replies = await self._pipelined(writes)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            await self._load_scripts(self._loaded)
+            again = await self._pipelined([writes[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _pipelined(self, writes: Sequence[Write]) -> list[Any]:
         async with self.client.pipeline(transaction=False) as pipe:
             for write in writes:
                 key = self.keys.leases(write.endpoint_id)
                 if write.kind == "release":
                     pipe.zrem(key, write.request_id)
-                elif write.kind == "acquire":
-                    args = _lease_args(write.request_id, write.ttl_s, write.now, _NO_LIMIT)
-                    await self._scripts["lease_acquire"](keys=[key], args=args, client=pipe)
+                    continue
+                if write.kind == "acquire":
+                    name, keys_ = "lease_acquire", [key]
+                    args = lease_args(write.request_id, write.ttl_s, write.now, NO_LIMIT)
                 elif write.settlement is not None:
-                    keys_, args = self._settle_call(write.settlement)
-                    await self._scripts["tenant_settle"](keys=keys_, args=args, client=pipe)
+                    name = "tenant_settle"
+                    keys_, args = settle_call(self.keys, self.usage_retention_s, write.settlement)
                 elif write.sample is not None:
+                    name = "observe"
                     keys_, args = self._observe_call(write.endpoint_id, write.sample)
-                    await self._scripts["observe"](keys=keys_, args=args, client=pipe)
+                else:
+                    continue
+                sha = self._scripts[name].sha
+                pipe.execute_command("EVALSHA", sha, len(keys_), *keys_, *args)
             return list(await pipe.execute(raise_on_error=False))
 
     async def release(self, endpoint_id: str, request_id: str, *, now: float) -> None:
@@ -153,7 +177,7 @@ class RedisStatsStore:
         weights = [window.weight((newest - b) * self.bucket_s, self.half_life_s) for b in buckets]
         size = 2 + len(buckets) + len(fast)
         return {
-            eid: _stats(replies[i * size : (i + 1) * size], weights)
+            eid: stats_of(replies[i * size : (i + 1) * size], weights)
             for i, eid in enumerate(endpoint_ids)
         }
 
@@ -166,7 +190,7 @@ class RedisStatsStore:
 
     async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
         keys_, args = self._observe_call(endpoint_id, sample)
-        await self._scripts["observe"](keys=keys_, args=args)
+        await self._eval("observe", keys=keys_, args=args)
 
     def _observe_call(
         self, endpoint_id: str, sample: LatencySample
@@ -186,7 +210,7 @@ class RedisStatsStore:
         return keys_, args
 
     async def hit(self, key: str, *, cost: int, window_s: float, now: float) -> int:
-        _, total = await self._rate(key, cost, _NO_LIMIT, window_s, now)
+        _, total = await self._rate(key, cost, NO_LIMIT, window_s, now)
         return total
 
     async def try_hit(
@@ -211,22 +235,23 @@ class RedisStatsStore:
             self.keys.spend(tenant, "d", usage.day_index(now)),
             self.keys.spend(tenant, "m", usage.month_index(now)),
         ]
-        reply = await self._scripts["tenant_admit"](
+        reply = await self._eval(
+            "tenant_admit",
             keys=[*(self.keys.tenant(tenant, part) for part in parts), *spends],
             args=[
                 current,
                 oldest,
-                _limit(quota.requests),
+                limit_arg(quota.requests),
                 tokens,
-                _limit(quota.tokens),
+                limit_arg(quota.tokens),
                 keys.ttl_ms(slot_ttl_s(quota.window_s)),
                 now,
                 now + ttl_s,
                 request_id,
                 keys.ttl_ms(ttl_s + keys.TTL_MARGIN_S),
-                _limit(quota.concurrent),
-                _limit(budget.day_pusd if budget else None),
-                _limit(budget.month_pusd if budget else None),
+                limit_arg(quota.concurrent),
+                limit_arg(budget.day_pusd if budget else None),
+                limit_arg(budget.month_pusd if budget else None),
             ],
         )
         verdict, requests, tokens, requests_first, tokens_first, day, month = reply
@@ -235,43 +260,16 @@ class RedisStatsStore:
             current,
             int(requests),
             int(tokens),
-            _slot(requests_first),
-            _slot(tokens_first),
+            slot_of(requests_first),
+            slot_of(tokens_first),
             int(day),
             int(month),
         )
 
     async def settle(self, settlement: Settlement, alerted: Alerted | None = None) -> None:
-        keys_, args = self._settle_call(settlement)
-        reply = await self._scripts["tenant_settle"](keys=keys_, args=args)
+        keys_, args = settle_call(self.keys, self.usage_retention_s, settlement)
+        reply = await self._eval("tenant_settle", keys=keys_, args=args)
         announce(reply, alerted)
-
-    def _settle_call(self, settlement: Settlement) -> tuple[list[str], list[str | int | float]]:
-        tenant, at = settlement.tenant, settlement.at_s
-        day, month = usage.day_index(at), usage.month_index(at)
-        keys_ = [
-            self.keys.tenant(tenant, "tokens"),
-            self.keys.spend(tenant, "d", day),
-            self.keys.spend(tenant, "m", month),
-            self.keys.budget_alert(tenant, "d", day),
-            self.keys.budget_alert(tenant, "m", month),
-            self.keys.usage(tenant, usage.hour_index(at)),
-        ]
-        budget = settlement.budget or BudgetQuota()
-        line = settlement.usage
-        args: list[str | int | float] = [
-            _NO_LIMIT if settlement.token_slot is None else settlement.token_slot,
-            settlement.token_delta,
-            line.cost_pusd if line else 0,
-            keys.ttl_ms(usage.day_reset_s(at) + keys.SPEND_TTL_MARGIN_S),
-            keys.ttl_ms(usage.month_reset_s(at) + keys.SPEND_TTL_MARGIN_S),
-            _limit(budget.soft(budget.day_pusd)),
-            _limit(budget.soft(budget.month_pusd)),
-            keys.ttl_ms(self.usage_retention_s),
-        ]
-        for name, amount in (line.fields() if line else {}).items():
-            args += [name, amount]
-        return keys_, args
 
     async def usage(
         self, tenants: Sequence[str], *, since_hour: int, until_hour: int
@@ -285,7 +283,7 @@ class RedisStatsStore:
         found: list[UsageRow] = []
         for tenant in tenants:
             for hour in hours:
-                bucket = {_text(k): int(v) for k, v in next(replies).items()}
+                bucket = {text(k): int(v) for k, v in next(replies).items()}
                 found += usage.rows(tenant, hour, bucket)
         return found
 
@@ -295,15 +293,17 @@ class RedisStatsStore:
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
     ) -> BreakerState:
-        reply = await self._scripts["breaker_record"](
+        reply = await self._eval(
+            "breaker_record",
             keys=[self.keys.health(endpoint_id)],
             args=[now, int(ok), policy.failure_threshold, policy.cooldown_s, self._health_ttl()],
         )
-        fails, open_until, trial_until = (_number(v) for v in reply)
+        fails, open_until, trial_until = (number(v) for v in reply)
         return BreakerState(int(fails), open_until, trial_until)
 
     async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
-        reply = await self._scripts["breaker_trial"](
+        reply = await self._eval(
+            "breaker_trial",
             keys=[self.keys.health(endpoint_id)],
             args=[now, policy.trial_timeout_s, self._health_ttl()],
         )
@@ -311,20 +311,44 @@ class RedisStatsStore:
 
     async def cool_down(self, endpoint_id: str, *, until_s: float, now: float) -> float:
         ttl_s = max(keys.HEALTH_TTL_S, until_s - now + keys.TTL_MARGIN_S)
-        reply = await self._scripts["cool_down"](
-            keys=[self.keys.health(endpoint_id)], args=[until_s, keys.ttl_ms(ttl_s)]
+        reply = await self._eval(
+            "cool_down", keys=[self.keys.health(endpoint_id)], args=[until_s, keys.ttl_ms(ttl_s)]
         )
-        return _number(reply)
+        return number(reply)
 
     async def close(self) -> None:
         if self._owns_client:
             await self.client.aclose()
 
+    async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """One script by EVALSHA, the scripts loaded before the first (redis-py's own fallback,
+        a Script object's, is not used: on a cluster, many callers loading at once broke
+        connections, seen with redis-py 8.1), and again where a server lacks them (a replica a
+        failover promoted)."""
+        sha = self._scripts[name].sha
+        if not self._loaded:
+            await self._load_scripts(0)
+        loads = self._loaded
+        try:
+            return await self.client.evalsha(sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await self._load_scripts(loads)
+            return await self.client.evalsha(sha, len(keys), *keys, *args)
+
+    async def _load_scripts(self, seen: int) -> None:
+        """Every script on every master, once for all callers that found them missing after
+        load number `seen`."""
+        async with self._loading:
+            if self._loaded == seen:
+                for script in self._scripts.values():
+                    await self.client.script_load(script.script)
+                self._loaded += 1
+
     async def _lease(
-        self, key: str, request_id: str, ttl_s: float, now: float, limit: int = _NO_LIMIT
+        self, key: str, request_id: str, ttl_s: float, now: float, limit: int = NO_LIMIT
     ) -> tuple[bool, int]:
-        held, count = await self._scripts["lease_acquire"](
-            keys=[key], args=_lease_args(request_id, ttl_s, now, limit)
+        held, count = await self._eval(
+            "lease_acquire", keys=[key], args=lease_args(request_id, ttl_s, now, limit)
         )
         return bool(held), int(count)
 
@@ -332,7 +356,8 @@ class RedisStatsStore:
         self, key: str, cost: int, limit: int, window_s: float, now: float
     ) -> tuple[bool, int]:
         current, oldest = slot_range(now, window_s)
-        added, total = await self._scripts["rate_window"](
+        added, total = await self._eval(
+            "rate_window",
             keys=[self.keys.rate(key)],
             args=[current, oldest, cost, limit, keys.ttl_ms(slot_ttl_s(window_s))],
         )
@@ -340,56 +365,3 @@ class RedisStatsStore:
 
     def _health_ttl(self) -> int:
         return keys.ttl_ms(keys.HEALTH_TTL_S)
-
-
-def _lease_args(request_id: str, ttl_s: float, now: float, limit: int) -> list[Any]:
-    return [now, now + ttl_s, request_id, keys.ttl_ms(ttl_s + keys.TTL_MARGIN_S), limit]
-
-
-def _limit(value: int | None) -> int:
-    return _NO_LIMIT if value is None else value
-
-
-def _slot(value: int) -> int | None:
-    return None if int(value) < 0 else int(value)
-
-
-def announce(reply: Sequence[Any], alerted: Alerted | None) -> None:
-    """Tell `alerted` of the soft alerts a settle script's reply says it raised."""
-    if alerted is None:
-        return
-    for name, raised in zip(("day", "month"), reply, strict=True):
-        if int(raised):
-            alerted(name)
-
-
-def _stats(replies: Sequence[Any], weights: Sequence[float]) -> EndpointStats:
-    in_flight, health_reply, *rest = replies
-    buckets, fast = rest[: len(weights)], rest[len(weights) :]
-    health = _decoded(health_reply)
-    fields = (
-        (weight, name, value)
-        for weight, bucket in zip(weights, buckets, strict=True)
-        for name, value in bucket.items()
-    )
-    sums, weighted = window.merge(fields)
-    return EndpointStats(
-        in_flight=int(in_flight),
-        latency=window.estimate(_decoded(sums), _decoded(weighted), _fast_sums(fast)),
-        breaker=BreakerState(
-            int(health.get("fails", 0.0)),
-            health.get("open_until", 0.0),
-            health.get("trial_until", 0.0),
-        ),
-        cooldown_until_s=health.get("cool_until", 0.0),
-    )
-
-
-def _fast_sums(buckets: Sequence[Mapping[Any, Any]]) -> dict[str, float]:
-    fields = ((1.0, name, value) for bucket in buckets for name, value in bucket.items())
-    sums, _ = window.merge(fields)
-    return _decoded(sums)
-
-
-def _decoded(reply: Mapping[Any, Any]) -> dict[str, float]:
-    return {_text(name): float(value) for name, value in reply.items()}

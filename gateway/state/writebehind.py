@@ -14,9 +14,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from gateway.state.redis_store import FAILURES, RedisStatsStore, Write, announce
+from redis import exceptions as redis_errors
+
+from gateway.state.redis_calls import announce
+from gateway.state.redis_store import FAILURES, RedisStatsStore, Write
 from gateway.telemetry.metrics import log
 
+# A write that failed to reach a master, as opposed to one a master refused.
+UNSENT = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.ClusterDownError,
+    redis_errors.TryAgainError,
+    redis_errors.MovedError,
+    redis_errors.AskError,
+    OSError,
+    TimeoutError,
+)
 FLUSH_S = 0.002  # how long a batch gathers: a fraction of a request's time, many requests' writes
 Failed = Callable[[list[Write], BaseException], Awaitable[None]]
 
@@ -73,7 +87,13 @@ class WriteBehind:
         for write, reply in zip(batch, replies, strict=False):
             if write.alerted is not None and not isinstance(reply, Exception):
                 announce(reply, write.alerted)
-        refused = [reply for reply in replies if isinstance(reply, Exception)]
+        # On a cluster one node's writes can fail alone (a master down, its slot moving): those
+        # are served locally like a failed batch; a write a master refused (any other error)
+        # was wrong, not lost, and is only reported.
+        lost = [w for w, reply in zip(batch, replies, strict=True) if _lost(reply)]
+        if lost:
+            await self.on_failed(lost, next(r for r in replies if _lost(r)))
+        refused = [r for r in replies if isinstance(r, Exception) and not _lost(r)]
         if refused:
             log.warning(
                 "shared store refused %d of %d writes: %r", len(refused), len(batch), refused[0]
@@ -90,3 +110,7 @@ class WriteBehind:
         if self._task is not None:
             await self._task
         await self.flush()
+
+
+def _lost(reply: object) -> bool:
+    return isinstance(reply, UNSENT)

@@ -6,9 +6,10 @@ Labels never carry secrets: endpoint ids, public model names, tenant names and c
 from __future__ import annotations
 
 import logging
-from typing import Self
+import os
+from typing import Any, Literal, Self
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client import Counter as _Counter
 from prometheus_client import Gauge as _Gauge
 from prometheus_client import Histogram as _Histogram
@@ -45,11 +46,33 @@ class Counter(_RememberedLabels, _Counter):
 
 
 class Gauge(_RememberedLabels, _Gauge):
-    pass
+    """Under `serve --workers N` (multiprocess mode, gateway/server/workers.py) a gauge reads as
+    the most recent value any live worker set, unless it says otherwise (in-flight: summed)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        multiprocess_mode: Literal["livesum", "livemostrecent"] = "livemostrecent",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, multiprocess_mode=multiprocess_mode, **kwargs)  # type: ignore[misc]
 
 
 class Histogram(_RememberedLabels, _Histogram):
     pass
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The Prometheus text of `registry`, or under `serve --workers N` of every worker's
+    metrics merged (prometheus_client's multiprocess mode: each worker writes its values to
+    files in PROMETHEUS_MULTIPROC_DIR, and any worker's scrape reads them all)."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return generate_latest(registry)
+    from prometheus_client import multiprocess
+
+    merged = CollectorRegistry()
+    multiprocess.MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+    return generate_latest(merged)
 
 
 class Metrics:
@@ -108,6 +131,7 @@ class Metrics:
             "Requests this replica has in flight per endpoint.",
             ["endpoint"],
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.decision = Histogram(
             "slo_gateway_decision_seconds",
@@ -164,7 +188,10 @@ class Metrics:
             registry=r,
         )
         self.queue_depth = Gauge(
-            "slo_gateway_queue_depth", "Requests waiting in the deadline queue now.", registry=r
+            "slo_gateway_queue_depth",
+            "Requests waiting in the deadline queue now.",
+            registry=r,
+            multiprocess_mode="livesum",
         )
 
     def _endpoints(self, r: CollectorRegistry) -> None:

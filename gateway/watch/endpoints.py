@@ -22,16 +22,46 @@ class EndpointState:
         return now >= self.cooldown_until_s
 
 
+WITHDRAWN = "withdrawn"  # the cool-down reason of a member discovery removed
+
+
 class Registry:
     def __init__(self, endpoints: Sequence[EndpointConfig]) -> None:
         self.endpoints = {e.id: e for e in endpoints}
         self._by_model: dict[tuple[str, Api], tuple[EndpointConfig, ...]] = {}
+        self._index(endpoints)
+        self._state = {e.id: EndpointState() for e in endpoints}
+
+    def _index(self, endpoints: Sequence[EndpointConfig]) -> None:
+        """Rebuilt whole on a change, so a request iterating `serving` keeps its tuple."""
+        self._by_model = {}
         for endpoint in endpoints:
             for model in endpoint.models:
                 for api in endpoint.apis:
                     key = (model, api)
                     self._by_model[key] = (*self._by_model.get(key, ()), endpoint)
-        self._state = {e.id: EndpointState() for e in endpoints}
+
+    def add(self, endpoint: EndpointConfig) -> None:
+        """A discovered member, in rotation at once (cold: no statistics yet)."""
+        self.endpoints[endpoint.id] = endpoint
+        self._state[endpoint.id] = EndpointState()
+        self._index(self._serving())
+
+    def withdraw(self, endpoint_id: str) -> None:
+        """Out of rotation for new requests; known (by id) while requests to it finish."""
+        self._state[endpoint_id] = EndpointState(float("inf"), WITHDRAWN)
+        self._index(self._serving())
+
+    def forget(self, endpoint_id: str) -> None:
+        """A withdrawn member with nothing left in flight."""
+        if self._state.get(endpoint_id, EndpointState()).cooldown_reason == WITHDRAWN:
+            self.endpoints.pop(endpoint_id, None)
+            self._state.pop(endpoint_id, None)
+
+    def _serving(self) -> list[EndpointConfig]:
+        return [
+            e for e in self.endpoints.values() if self._state[e.id].cooldown_reason != WITHDRAWN
+        ]
 
     def models(self, api: Api | None = None) -> list[str]:
         """The public model names, of every endpoint or of those serving `api`."""

@@ -16,8 +16,9 @@ import math
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -266,6 +267,16 @@ class Scraper:
         async with asyncio.TaskGroup() as group:
             for eid, url in self.targets.items():
                 group.create_task(self._poll(eid, url))
+
+    def add(self, endpoint: EndpointConfig) -> Coroutine[Any, Any, None] | None:
+        """A discovered member: its polling loop (the caller runs and cancels it), if scraped."""
+        if endpoint.kind != "vllm":
+            return None
+        url = self.targets[endpoint.id] = metrics_url(endpoint)
+        return self._poll(endpoint.id, url)
+
+    def remove(self, endpoint_id: str) -> None:
+        self.targets.pop(endpoint_id, None)
 
     async def _poll(self, endpoint_id: str, url: str) -> None:
         while True:

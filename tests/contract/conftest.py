@@ -9,6 +9,10 @@ a mock.
                     confirmed yet: every call tries Redis, fails and is served from its local
                     MemoryStatsStore (write-behind batches fail and are served there in order)
     resilient-down  the same once failing pings confirmed the outage: every call goes to memory
+    cluster         RedisStatsStore on a real 3-master Redis Cluster
+                    (tests/fixtures/redis_cluster.py, started once per session)
+    resilient-cluster   ResilientStore over that cluster, writes through its write-behind
+    sentinel        ResilientStore over the master a real Sentinel names
 
 `await stores.open(count)` gives `count` clients sharing one state: for Redis, stores on separate
 connection pools (as separate replicas would have); for memory, the one in-process store. With
@@ -24,17 +28,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
 from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.redis_connect import connect
 from gateway.state.redis_store import RedisStatsStore
 from gateway.state.resilient import ResilientStore
 from gateway.state.store import LatencySample, StatsStore
 from tests.fixtures.redis import key_prefix, redis_client, redis_url
+from tests.fixtures.redis_cluster import started_cluster, started_sentinel
 from tests.fixtures.servers import free_port
 
 __all__ = ["key_prefix", "redis_client", "redis_url"]
@@ -59,7 +66,7 @@ class StoreClients:
     @property
     def writes_behind(self) -> bool:
         """Lease takes return before any store counted them (see `ResilientStore.acquire`)."""
-        return self.kind.startswith("resilient")
+        return self.kind.startswith("resilient") or self.kind == "sentinel"
 
     async def open(self, count: int = 1, **options: Any) -> list[StatsStore]:
         if self.kind == "memory":
@@ -78,6 +85,19 @@ class StoreClients:
         if self.kind == "redis":
             client = Redis.from_url(self.redis_url)
             return RedisStatsStore(client, prefix=self.prefix, owns_client=True, **options)
+        if self.kind in CONNECTED:
+            connection = connect(self.redis_url, timeout_s=TIMEOUTS_S["resilient"])
+            shared = RedisStatsStore(
+                connection.client, prefix=self.prefix, owns_client=True, **options
+            )
+            if self.kind == "cluster":
+                return shared
+            return ResilientStore(
+                shared,
+                MemoryStatsStore(**options),
+                connection.ping,
+                timeout_s=TIMEOUTS_S["resilient"],
+            )
         timeout_s = TIMEOUTS_S[self.kind]
         live = self.kind == "resilient"
         url = self.redis_url if live else f"redis://127.0.0.1:{free_port()}/0"
@@ -155,12 +175,36 @@ STORES = [
     pytest.param("resilient", marks=pytest.mark.redis),
     "resilient-failing",
     "resilient-down",
+    pytest.param("cluster", marks=pytest.mark.redis),
+    pytest.param("resilient-cluster", marks=pytest.mark.redis),
+    pytest.param("sentinel", marks=pytest.mark.redis),
 ]
+# Stores opened from a GATEWAY_REDIS_URL by gateway/state/redis_connect.py: the URL fixture.
+CONNECTED = {
+    "cluster": "cluster_url",
+    "resilient-cluster": "cluster_url",
+    "sentinel": "sentinel_url",
+}
+
+
+@pytest.fixture(scope="session")
+def cluster_url() -> Iterator[str]:
+    with started_cluster() as cluster:
+        yield cluster.url
+
+
+@pytest.fixture(scope="session")
+def sentinel_url() -> Iterator[str]:
+    with started_sentinel() as setup:
+        yield setup.url
 
 
 @pytest.fixture(params=STORES)
 async def stores(request: pytest.FixtureRequest) -> AsyncIterator[StoreClients]:
-    if request.param in ("redis", "resilient"):
+    if request.param in CONNECTED:  # a throwaway topology: its keys go with it
+        url = request.getfixturevalue(CONNECTED[request.param])
+        clients = StoreClients(request.param, url, f"sgtest:{uuid.uuid4().hex[:12]}:")
+    elif request.param in ("redis", "resilient"):
         clients = StoreClients(
             request.param,
             request.getfixturevalue("redis_url"),

@@ -84,6 +84,9 @@ app.kubernetes.io/component: redis
 {{- fail "several gateway replicas need shared state: enable redis.bundled or set redis.external (existingSecret or url), or run replicaCount: 1 without autoscaling" }}
 {{- end }}
 {{- end }}
+{{- if and (gt (int .Values.workers) 1) (not (include "slo-gateway.hasRedis" .)) }}
+{{- fail "workers above 1 share state through Redis: enable redis.bundled or set redis.external (the image has no private Valkey)" }}
+{{- end }}
 {{- if and .Values.redis.bundled.enabled (or .Values.redis.external.existingSecret .Values.redis.external.url) }}
 {{- fail "choose one Redis: redis.bundled.enabled or redis.external, not both" }}
 {{- end }}
@@ -160,4 +163,22 @@ the variable. Empty when /metrics is open. */}}
 name: {{ $name }}
 key: {{ $chosen.key | default $env }}
 {{- end }}
+{{- end }}
+
+{{/* The config file: .Values.config plus an endpoint group per discovery.groups entry, found by
+DNS through a headless Service (the chart's own for a selector, else the one named). */}}
+{{- define "slo-gateway.config" -}}
+{{- $config := deepCopy .Values.config }}
+{{- $groups := list }}
+{{- with $config.endpoint_groups }}{{- $groups = . }}{{- end }}
+{{- range .Values.discovery.groups }}
+{{- $service := .service | default (printf "%s-%s" (include "slo-gateway.fullname" $) .name) }}
+{{- $namespace := .namespace | default $.Release.Namespace }}
+{{- $dns := printf "%s.%s.svc.cluster.local" $service $namespace }}
+{{- $group := dict "name" .name "dns" $dns "port" (int .port) "member" .member }}
+{{- with .pollIntervalSeconds }}{{- $_ := set $group "poll_interval_s" . }}{{- end }}
+{{- $groups = append $groups $group }}
+{{- end }}
+{{- if $groups }}{{- $_ := set $config "endpoint_groups" $groups }}{{- end }}
+{{- toYaml $config }}
 {{- end }}

