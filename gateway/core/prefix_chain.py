@@ -107,7 +107,8 @@ def _chain(messages: Sequence[Any], seed: int) -> PrefixChain:
             end += len(block)
             hashes.append(parent)
             ends.append(end)
-    return PrefixChain(tuple(hashes), tuple(ends))
+    # an empty prompt has nothing to cache (and a chain's shares divide by its length)
+    return PrefixChain(tuple(hashes), tuple(ends)) if end else EMPTY
 
 
 def envelope_key(message: Any) -> int:

@@ -146,3 +146,15 @@ def test_the_plain_message_fast_path_hashes_as_the_general_envelope_and_content(
         "messages": [*body()["messages"], {"role": "assistant", "content": "hello"}],
     }
     assert chain_of(swapped).hashes[-1] != plain.hashes[-2]  # the role is part of the block
+
+
+def test_an_empty_prompt_has_an_empty_chain_and_nothing_cached() -> None:
+    index = PrefixIndex()
+    index.routed("a", chain_of(body("hello")), 1_000, now=0.0)
+    for empty in (
+        {"model": "m", "prompt": ""},
+        {"model": "m", "messages": [{"role": "user", "content": ""}]},
+    ):
+        chain = chain_of(empty)
+        assert chain.hashes == ()
+        assert with_cached(request(0), index, chain).cached_tokens == {}
