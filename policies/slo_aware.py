@@ -178,8 +178,9 @@ def _tiers(
     comfort: float = 1.0,
 ) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
     """Each candidate's sort key, in its tier's list: plain tuples sort fastest, and tiers
-    sorted apart compare shorter keys. Headroom is 1 − the largest p95/target ratio, inlined:
-    this runs per candidate per request."""
+    sorted apart compare shorter keys. `headroom` (as 1 − the largest p95/target ratio),
+    `EndpointSnapshot.cost` and `utilisation` are inlined: this runs per candidate per request,
+    and tests/unit/test_fast_paths.py holds the inlined copies equal to them."""
     slo = request.slo
     ttft_s, tpot_s, deadline_s = slo.ttft_s, slo.tpot_s, slo.deadline_s
     # floats, as in `Estimator.predict_rows`: float·float is the interpreter's fast path
