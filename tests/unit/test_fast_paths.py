@@ -118,7 +118,8 @@ def test_slo_aware_tiers_equal_headroom_cost_and_utilisation(
     estimator = Estimator(EstimateParams())
     rows = estimator.predict_rows(request, candidates)
     meets, unproven, misses = _tiers(request, candidates, rows, random.Random(0), 0.2)
-    tier_of = {key[-1]: ("meets", key) for key in meets}
+    tier_of: dict[int, tuple[str, tuple[float | int, ...]]] = {}
+    tier_of |= {key[-1]: ("meets", key) for key in meets}
     tier_of |= {key[-1]: ("unproven", key) for key in unproven}
     tier_of |= {key[-1]: ("misses", key) for key in misses}
     output_tokens = request.max_tokens or estimator.default_output_tokens
