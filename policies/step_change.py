@@ -9,15 +9,28 @@ Method
     `LatencyEstimate.fast`. A ratio test compares them:
         r_tpot = fast TPOT mean / window TPOT fit at the fast window's mean in-flight count
         r_ttft = fast TTFT mean / window TTFT fit at the fast window's mean prompt length
-    (r_tpot needs `min_samples` stretches' worth of weight, r_ttft as many first tokens). The
-    window's fit, not its mean, is the reference: TPOT grows with the load and TTFT with the
-    prompt, so a quiet few seconds after a busy minute would hide a slowdown from a ratio of
-    means, and a burst of long prompts would fake one. TPOT leads: decode speed is what an
+    (r_tpot needs `min_samples` stretches' worth of weight, r_ttft as many first tokens; a cold
+    endpoint, see below, `cold_min_samples`). The window's fit, not its mean, is the reference:
+    TPOT grows with the load and TTFT with the prompt, so a quiet few seconds after a busy
+    minute would hide a slowdown from a ratio of means, and a burst of long prompts would fake
+    one. TPOT leads: decode speed is what an
     engine slowdown changes everywhere, and it does not depend on the queue (which the estimate
     models on its own, so a TTFT grown by queueing must not count twice). TTFT decides only
     when the fast window holds too few stretches.
 
-    A step starts at r ≥ `threshold` and, once started, holds (`follow`):
+    A cold endpoint (fewer than `cold_below` samples in its window: the estimate's default
+    `min_samples`, below which its statistics are mostly prior) is judged on one stretch or one
+    first token, at r ≥ `cold_threshold` (2: the issue's "2-3x slower"). It takes so little
+    traffic that, 3x slower, its one stream yields a stretch a second: six would take seconds in
+    which it keeps getting requests (the reaction scenario's seed 2: 3.88 s from the slowdown to
+    the last one). One stretch is noisy (another request's prefill stalls its steps), hence the
+    higher bar: at 1.5, cold engines showed false steps of 1.5-1.8x in the warm-up and ~2.25x
+    in a burst, in half the seeds; at 2 only the burst's remain, where TPOT really was 2x the
+    window's. A false step on a cold endpoint costs little: it is barely used, and the step lets
+    go once its fast window is within `release` (after `hold_s` without traffic).
+
+    A step starts at r ≥ `threshold` (`cold_threshold` on a cold endpoint) and, once started,
+    holds (`follow`):
     - while the fast window has samples, at its r, for as long as r ≥ `release` (a step already
       seen needs less evidence to go on than a new one; below it the window has caught up, or
       the endpoint has recovered);
@@ -33,8 +46,9 @@ Method
     worst spills a few requests elsewhere for a few seconds; a speed-up shows as the window
     decays.
 
-Parameters (`StepParams`): threshold 1.5, release 1.2, min_samples 6, hold_s 20. Pure: no clock;
-the caller passes the time and the previous step.
+Parameters (`StepParams`): threshold 1.5, release 1.2, min_samples 6, hold_s 20; cold_below 10,
+cold_min_samples 1, cold_threshold 2. Pure: no clock; the caller passes the time and the
+previous step.
 """
 
 from __future__ import annotations
@@ -56,6 +70,9 @@ class StepParams:
     release: float = 1.2
     min_samples: int = 6
     hold_s: float = 20.0
+    cold_below: int = 10  # an endpoint whose window holds fewer samples is cold
+    cold_min_samples: float = 1.0
+    cold_threshold: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +94,14 @@ def _expected(
     return base + slope * (x_sum / n)
 
 
+def _cold(estimate: LatencyEstimate, params: StepParams) -> bool:
+    return estimate.samples < params.cold_below
+
+
 def measured(estimate: LatencyEstimate, params: StepParams) -> tuple[float, str] | None:
     """(r, signal) from the fast window, or None when it holds too few samples to say."""
-    fast, e, need = estimate.fast, estimate, params.min_samples
+    fast, e = estimate.fast, estimate
+    need = params.cold_min_samples if _cold(e, params) else params.min_samples
     if fast is None:
         return None
     if fast.tpot_n >= need:
@@ -105,7 +127,8 @@ def follow(
             return previous
         return None
     ratio, signal = seen
-    if ratio >= params.threshold or (previous is not None and ratio >= params.release):
+    threshold = params.cold_threshold if _cold(estimate, params) else params.threshold
+    if ratio >= threshold or (previous is not None and ratio >= params.release):
         since_s = previous.since_s if previous is not None else at_s
         return Step(ratio, signal, since_s, at_s)
     return None

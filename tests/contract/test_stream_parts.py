@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.state.store import LatencySample, SampleKind, StatsStore
+from gateway.state.view import SharedView
 from tests.contract.conftest import StoreClients, landed
 from tests.contract.test_estimates import T0, latency, sample
 
@@ -83,6 +84,41 @@ async def test_fast_windows_merge_across_clients(stores: StoreClients) -> None:
     assert est.fast is not None
     assert est.fast.ttft_n == 2
     assert est.fast.ttft_mean_s == pytest.approx(0.3)
+
+
+async def _step_after_one_slow_stream(store: StatsStore, streams: int) -> list[float | None]:
+    """`streams` streams at 20 ms, then at SLOW one 3x slower: its first token 0.6 s later,
+    its first stretch 16 x 60 ms after that. The view's step ratio at each (None: no step)."""
+    for i in range(streams):
+        await observe_stream(store, T0 + i)
+    slow_s = T0 + streams + 5.0  # the fast window holds none of the streams before
+    clock = [slow_s]
+    view = SharedView(store, ["a"], 0.1, clock=lambda: clock[0])
+    seen: list[float | None] = []
+    for sample_ in (
+        part(slow_s + 0.6, "first_token", ttft_s=0.6),
+        part(slow_s + 1.56, "progress", tpot_s=0.06),
+    ):
+        await store.observe("a", sample_)
+        await landed(store)
+        clock[0] = sample_.at_s + 0.05
+        await view.refresh()
+        step = view.steps.get("a")
+        seen.append(step.ratio if step is not None and step.since_s - slow_s <= 2.0 else None)
+    return seen
+
+
+async def test_a_cold_endpoints_step_shows_within_2_s_of_its_first_slow_token(
+    store: StatsStore,
+) -> None:
+    """Six samples: its window is mostly prior, and one stream yields a stretch a second."""
+    at_first_token, at_first_stretch = await _step_after_one_slow_stream(store, streams=6)
+    assert at_first_token is not None and at_first_token >= 2.0
+    assert at_first_stretch is not None and at_first_stretch >= 2.0
+
+
+async def test_a_warm_endpoint_needs_more_than_one_slow_stream(store: StatsStore) -> None:
+    assert await _step_after_one_slow_stream(store, streams=12) == [None, None]
 
 
 def test_a_whole_sample_is_unchanged() -> None:

@@ -78,3 +78,32 @@ def test_ttft_decides_only_without_enough_stretches_and_scales_ttft_only() -> No
     stepped = jumped(_replace(slow_ttft), step)
     assert stepped.ttft_mean_s == pytest.approx(0.45)
     assert stepped.tpot_mean_s == pytest.approx(0.03)  # untouched
+
+
+COLD = dataclasses.replace(WINDOW, samples=6)  # fewer than cold_below: mostly prior
+
+
+def test_a_cold_endpoint_is_judged_on_one_stretch_at_a_higher_bar() -> None:
+    one = fast(0.075, n=1.0)  # one stretch at 2.5x the fit's 30 ms
+    step = follow(None, dataclasses.replace(COLD, fast=one), PARAMS, at_s=7.0)
+    assert step is not None and (step.signal, step.since_s) == ("tpot", 7.0)
+    assert step.ratio == pytest.approx(2.5)
+    assert follow(None, _replace(one), PARAMS, at_s=7.0) is None  # warm: six stretches needed
+    noisy = dataclasses.replace(COLD, fast=fast(0.054, n=1.0))  # 1.8x: a prefill stall's worth
+    assert follow(None, noisy, PARAMS, at_s=7.0) is None
+    assert follow(None, dataclasses.replace(COLD, fast=fast(0.09, n=0.5)), PARAMS, 7.0) is None
+
+
+def test_a_cold_endpoint_is_judged_on_one_first_token_without_a_stretch() -> None:
+    first = FastWindow(1.0, 0.45, 0.0, 0.0, 1000.0, 0.0)  # 3x the fit's 150 ms
+    step = follow(None, dataclasses.replace(COLD, fast=first), PARAMS, at_s=3.0)
+    assert step is not None and step.signal == "ttft"
+    assert step.ratio == pytest.approx(3.0)
+    assert follow(None, _replace(first), PARAMS, at_s=3.0) is None  # warm: six first tokens
+
+
+def test_a_cold_step_once_started_holds_at_the_release_bar() -> None:
+    started = Step(2.5, "tpot", 7.0, 7.0)
+    held = follow(started, dataclasses.replace(COLD, fast=fast(0.045, n=1.0)), PARAMS, 8.0)
+    assert held is not None and held.ratio == pytest.approx(1.5)
+    assert held.since_s == 7.0
