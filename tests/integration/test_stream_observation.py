@@ -70,14 +70,16 @@ def test_a_slowed_engine_is_detected_within_seconds_of_its_slow_tokens() -> None
             for chunks in streams:
                 next(iter(chunks))
             time.sleep(3.0)  # the window learns the normal speed
-            assert estimate(gateway.base_url)["step_ratio"] == 1.0
+            before = estimate(gateway.base_url)
+            assert before["step_ratio"] == 1.0
             set_faults(engine_url, slowdown=3.0)
             slowed_at = time.monotonic()
             assert eventually(lambda: estimate(gateway.base_url)["step_ratio"] >= 1.5, 5.0)
             detected_s = time.monotonic() - slowed_at
             found = estimate(gateway.base_url)
             assert found["step_signal"] == "tpot"
-            assert found["tpot_mean_s"] > 0.04  # the estimate jumped with it
+            # the estimate jumped with it, at once (the window alone moves a few percent a second)
+            assert found["tpot_mean_s"] >= 1.4 * before["tpot_mean_s"]
             assert detected_s < 4.0  # 2 s on an idle machine; the test shares 2 cores
             next(iter(stream(gateway.base_url, max_tokens=2)))  # decided while slowed
             decisions = httpx.get(gateway.base_url + "/admin/decisions", headers=ADMIN).json()
