@@ -72,9 +72,15 @@ class Finisher:
 
         def seen(watch: StreamGrammar) -> None:
             last_s = watch.last_token_s
-            if last_s is not None:
-                tokens, ttft_s = watch.output_tokens, watch.ttft_s
-                streamed(endpoint_id, request, progress, tokens, ttft_s, last_s, time.time())
+            if last_s is None:
+                return
+            tokens = watch.output_tokens
+            # most reads: no stretch due yet (`StreamProgress.stretch`'s own test, ahead of it:
+            # this runs after every read of every stream)
+            if progress.started and tokens < progress.due_tokens and last_s < progress.due_s:
+                progress.tokens, progress.last_s = tokens, last_s  # what `rest` reports at the end
+                return
+            streamed(endpoint_id, request, progress, tokens, watch.ttft_s, last_s, time.time())
 
         return seen
 

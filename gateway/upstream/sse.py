@@ -36,8 +36,13 @@ _FINISH = b'"finish_reason":"'
 
 
 def _finishes(data: bytes) -> bool:
-    """A choice's last chunk: its finish_reason is a string (`null` on every other one)."""
-    return _FINISH in data or b'"finish_reason": "' in data
+    """A choice's last chunk: its finish_reason is a string (`null` on every other one), in
+    compact JSON or with a space after the colon; one search either way."""
+    at = data.find(b'"finish_reason":')
+    if at < 0:
+        return False
+    value = data[at + 16 : at + 18]
+    return value[:1] == b'"' or value == b' "'
 
 
 # A non-empty string value for "content" or "text", or any tool-call delta.

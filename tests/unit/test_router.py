@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
 
 import pytest
 
 from gateway.config.settings import EndpointConfig, Settings, parse_config
+from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed, UpstreamError
 from gateway.server.router import Router
 from gateway.server.runtime import Runtime
@@ -229,3 +232,41 @@ async def test_a_tenant_key_split_across_reads_of_an_error_event_is_redacted(
     await router.handle(route, call, record, client.receive, client.send)
     assert TENANT_KEY.encode() not in client.body and b"key [redacted] exhausted" in client.body
     assert record.result is not None and record.result.outcome == "ok"  # the upstream's error
+
+
+class _Reads:
+    """What `Finisher.watching`'s callback reads of a stream watch."""
+
+    def __init__(self) -> None:
+        self.last_token_s: float | None = None
+        self.output_tokens = 0
+        self.ttft_s: float | None = None
+
+
+async def test_the_stream_callbacks_skip_of_undue_reads_keeps_the_plain_marks(
+    runtime: Runtime,
+) -> None:
+    """`seen` tests whether a stretch is due before it calls into the statistics; the marks it
+    leaves must be those of calling `StreamProgress` on every read."""
+    rng = random.Random(7)
+    opened = SimpleNamespace(endpoint=runtime.registry.endpoints["a"])
+    route, _, _ = request(runtime, stream=True)
+    fast, plain = StreamProgress(), StreamProgress()
+    seen = runtime.router.finisher.watching(opened, route, fast)  # type: ignore[arg-type]
+    watch, now = _Reads(), 100.0
+    for read in range(400):
+        now += rng.choice((0.001, 0.01, 0.05, 0.3))
+        watch.output_tokens += rng.randint(0, 3) if read else 1
+        watch.last_token_s, watch.ttft_s = now, 0.2
+        seen(watch)  # type: ignore[arg-type]  # the three attributes it reads
+        if not plain.started:
+            plain.start(watch.output_tokens, now)
+        else:
+            plain.stretch(watch.output_tokens, now)
+        assert (fast.mark_tokens, fast.mark_s, fast.tokens, fast.last_s) == (
+            plain.mark_tokens,
+            plain.mark_s,
+            plain.tokens,
+            plain.last_s,
+        ), read
+    assert fast.rest() == plain.rest()

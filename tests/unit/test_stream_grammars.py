@@ -11,7 +11,7 @@ import pytest
 from gateway.upstream.grammar import StreamGrammar
 from gateway.upstream.messages_events import MessagesWatch
 from gateway.upstream.responses_events import ResponsesWatch
-from gateway.upstream.sse import StreamWatch
+from gateway.upstream.sse import StreamWatch, _finishes
 
 
 def event(name: str, payload: dict[str, Any]) -> bytes:
@@ -262,3 +262,17 @@ def test_each_grammar_says_what_answered_and_its_cached_prompt() -> None:
     feed_split(chat, stream, 100_000)
     assert chat.described == ("c1", "upstream-m", ("stop",))
     assert (chat.prompt_tokens, chat.cached_tokens, chat.output_tokens) == (20, 16, 2)
+
+
+@pytest.mark.parametrize(
+    ("event", "finishes"),
+    [
+        (b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}', True),
+        (b'data: {"choices": [{"delta": {}, "finish_reason": "length"}]}', True),
+        (b'data: {"choices":[{"delta":{"content":"a"},"finish_reason":null}]}', False),
+        (b'data: {"choices": [{"delta": {"content": "a"}, "finish_reason": null}]}', False),
+        (b'data: {"choices":[{"delta":{"content":"a"}}]}', False),
+    ],
+)
+def test_a_finishing_chunk_is_told_in_compact_and_spaced_json(event: bytes, finishes: bool) -> None:
+    assert _finishes(event) is finishes
