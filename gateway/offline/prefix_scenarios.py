@@ -13,6 +13,8 @@ mixes in.
     sessions_slow  prefill-bound: slow-prefill engines, long growing contexts; the fleet keeps
                    up only if prefixes are reused
     sessions_fast  fast prefill, short contexts: affinity can only help a little
+    sessions_rag   RAG: popular documents in the first user message, slow-prefill engines and
+                   a hosted provider with prompt caching (cached input at a tenth) to spill to
 """
 
 from __future__ import annotations
@@ -24,10 +26,19 @@ from typing import Any
 from pydantic import Field
 
 from gateway.config.settings import SloClassConfig
-from gateway.offline.scenario import EngineSpec, Scenario, TenantSpec, Traffic, _Strict
+from gateway.offline.scenario import (
+    EngineSpec,
+    ProviderSpec,
+    Scenario,
+    TenantSpec,
+    Traffic,
+    _Strict,
+)
 from gateway.offline.trace import PlannedRequest
 from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.engine import EngineServerParams
+from gateway.sim.fleet import MemberPrice
+from gateway.sim.provider import ProviderParams
 from gateway.sim.wire import estimate_prompt_tokens, output_text, prompt_text
 
 
@@ -133,18 +144,21 @@ def _batch(rate: float, end_s: float) -> Traffic:
     )
 
 
+def _sessions_scenario(**fields: Any) -> PrefixScenario:
+    """A 30 s scenario of chat sessions (tenant `app`) beside batch jobs (tenant `jobs`)."""
+    tenants = {
+        "app": TenantSpec(allowed_classes=["chat"]),
+        "jobs": TenantSpec(allowed_classes=["batch"]),
+    }
+    return PrefixScenario(duration_s=30, classes=_CLASSES, tenants=tenants, **fields)
+
+
 def sessions_slow() -> PrefixScenario:
-    return PrefixScenario(
+    return _sessions_scenario(
         name="sessions_slow",
         description="Prefill-bound: chat sessions with long growing contexts on slow-prefill "
         "engines, shared system prompts, a little unique batch traffic.",
-        duration_s=30,
         drain_s=60,
-        classes=_CLASSES,
-        tenants={
-            "app": TenantSpec(allowed_classes=["chat"]),
-            "jobs": TenantSpec(allowed_classes=["batch"]),
-        },
         traffic=[_batch(0.5, 30)],
         engines=_engines(4, **_SLOW_PREFILL),
         sessions=[
@@ -163,16 +177,10 @@ def sessions_slow() -> PrefixScenario:
 
 
 def sessions_fast() -> PrefixScenario:
-    return PrefixScenario(
+    return _sessions_scenario(
         name="sessions_fast",
         description="Fast prefill, short contexts: chat sessions where affinity can help little.",
-        duration_s=30,
         drain_s=30,
-        classes=_CLASSES,
-        tenants={
-            "app": TenantSpec(allowed_classes=["chat"]),
-            "jobs": TenantSpec(allowed_classes=["batch"]),
-        },
         traffic=[_batch(1.0, 30)],
         engines=_engines(4),
         sessions=[
@@ -187,6 +195,41 @@ def sessions_fast() -> PrefixScenario:
                 system_tokens=200,
                 user=LengthSpec(profile="conversation", scale=0.05, max_tokens=80),
                 output=LengthSpec(profile="conversation", scale=0.3, max_tokens=80),
+            )
+        ],
+    )
+
+
+# A hosted model priced like a mid-size one, its prompt-cache reads billed at a tenth (as
+# OpenAI and Anthropic bill them); it answers fast but costs, while the engines are free.
+_HOSTED = ProviderSpec(
+    id="hosted",
+    params=ProviderParams(ttft_median_s=0.3),
+    price=MemberPrice(input_per_1m=3.0, output_per_1m=15.0, cached_input_per_1m=0.3),
+)
+
+
+def sessions_rag() -> PrefixScenario:
+    return _sessions_scenario(
+        name="sessions_rag",
+        description="RAG sessions: Zipf-popular 1,500-token documents in the first user message, "
+        "on 3 slow-prefill engines and a priced hosted provider with prompt caching.",
+        drain_s=60,
+        traffic=[_batch(0.3, 30)],
+        engines=_engines(3, **_SLOW_PREFILL),
+        providers=[_HOSTED],
+        sessions=[
+            Sessions(
+                tenant="app",
+                slo_class="chat",
+                sessions=40,
+                start_within_s=10,
+                turns=3,
+                think_s=6,
+                system_prompts=2,
+                system_tokens=300,
+                documents=12,
+                document_tokens=1500,
             )
         ],
     )
