@@ -5,8 +5,9 @@ weight 1 / r^zipf_s), optionally a popular document (RAG: Zipf over `documents`)
 user message, then runs `turns` turns: each turn replays the whole conversation so far plus a
 new user message, and the assistant messages it replays are the text the simulated engine
 generates (`gateway.sim.wire.output_text`), so a replayed answer hits the engine's cache as it
-does with vLLM. Turns are `think_s` apart (open loop: a turn does not wait for the previous
-answer; with think times longer than the answers this is close to a closed loop). Text is
+does with vLLM. Offline, turns are `think_s` apart (open loop: a turn does not wait for the
+previous answer; with think times longer than the answers this is close to a closed loop); the
+live load test sends each turn `think_s` after the previous one ends (loadtests/users.py). Text is
 synthetic at 4 characters a token. The scenario's ordinary `traffic` (unique prompts, no text)
 mixes in.
 
@@ -49,6 +50,10 @@ class PromptedRequest(PlannedRequest):
 
     body: dict[str, Any] | None = None
     text: str | None = None
+    # the live load test sends turn k `think_s` after turn k-1 ends (closed loop per session)
+    session: str | None = None
+    turn: int = 0
+    think_s: float = 0.0
 
 
 class Sessions(_Strict):
@@ -75,12 +80,12 @@ class PrefixScenario(Scenario):
         planned = list(super().plan(seed))
         for index, spec in enumerate(self.sessions):
             rng = random.Random(f"{base}:sessions:{index}")
-            planned += session_turns(spec, self.model, self.duration_s, rng)
+            planned += session_turns(spec, self.model, self.duration_s, rng, f"{index}:")
         return sorted(planned, key=lambda r: r.arrival_s)
 
 
 def session_turns(
-    spec: Sessions, model: str, duration_s: float, rng: random.Random
+    spec: Sessions, model: str, duration_s: float, rng: random.Random, label: str = ""
 ) -> list[PromptedRequest]:
     systems = [
         _text(random.Random(f"system:{i}"), spec.system_tokens) for i in range(spec.system_prompts)
@@ -90,7 +95,7 @@ def session_turns(
     ]
     user, output = spec.user.sampler("prompt"), spec.output.sampler("output")
     turns: list[PromptedRequest] = []
-    for _ in range(spec.sessions):
+    for number in range(spec.sessions):
         start_s = rng.uniform(0, spec.start_within_s)
         messages = [{"role": "system", "content": _zipf(rng, systems, spec.zipf_s)}]
         opening = _zipf(rng, documents, spec.zipf_s) + "\n" if documents else ""
@@ -103,8 +108,11 @@ def session_turns(
                 body = {"model": model, "messages": list(messages)}
                 prompt = estimate_prompt_tokens(body, "chat")
                 text = prompt_text(body, "chat")
+                where = (f"{label}{number}", turn, spec.think_s)
                 turns.append(
-                    PromptedRequest(at_s, prompt, tokens, spec.tenant, spec.slo_class, body, text)
+                    PromptedRequest(
+                        at_s, prompt, tokens, spec.tenant, spec.slo_class, body, text, *where
+                    )
                 )
             messages.append({"role": "assistant", "content": output_text(tokens)})
     return turns
