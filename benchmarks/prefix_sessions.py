@@ -27,6 +27,7 @@ from gateway.offline.simulator import Simulator
 from gateway.telemetry.record import Finished
 from policies.base import RouteRequest
 
+SCENARIO_NAMES = ["sessions_slow", "sessions_fast", "sessions_rag"]
 BENCH_PRIOR = {"priors": {"vllm": {"ttft_per_token_s": 5e-4}}}
 VARIANTS: dict[str, dict[str, Any]] = {
     "round_robin": {"name": "round_robin"},
@@ -100,7 +101,7 @@ def table(scenario_name: str, seeds: Sequence[int]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenarios", nargs="*", default=["sessions_slow", "sessions_fast"])
+    parser.add_argument("scenarios", nargs="*", default=SCENARIO_NAMES)
     parser.add_argument("--seeds", default="1,2,3")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -37,6 +37,10 @@ class PlannedCall(_Strict):
     slo_class: str
     # the chat messages, for plans that carry text (gateway/offline/prefix_scenarios.py)
     messages: list[dict[str, Any]] | None = None
+    # a session's turn: sent `think_s` after its previous turn ended (closed loop per session)
+    session: str | None = None
+    turn: int = 0
+    think_s: float = 0.0
 
     @property
     def group(self) -> str:
@@ -83,6 +87,9 @@ def calls(requests: Sequence[PlannedRequest]) -> list[PlannedCall]:
             tenant=r.tenant,
             slo_class=r.slo_class,
             messages=_messages(r),
+            session=getattr(r, "session", None),
+            turn=getattr(r, "turn", 0),
+            think_s=getattr(r, "think_s", 0.0),
         )
         for i, r in enumerate(requests)
     ]

@@ -5,7 +5,9 @@ next planned request, sleeps until its arrival time, sends it streamed, measures
 (`loadtests/stream.py`), writes an exact record and fires custom Locust events
 `<group>:ttft|tpot|e2e` (`request_type` LLM, times in ms, length = output tokens). Arrivals
 therefore follow the plan whatever the latency (no coordinated omission) as long as the pool
-has a free user; a record's `start_s - arrival_s` shows any lag.
+has a free user; a record's `start_s - arrival_s` shows any lag. The exception is a session's
+later turn (`PlannedCall.session`): it arrives `think_s` after its previous turn ended
+(closed loop per session, loadtests/sessions.py), and its record's arrival is that moment.
 
 `ReplayShape` starts every user at once and ends the test when every planned request has a
 record, or `drain_s` after the last arrival at the latest.
@@ -24,6 +26,7 @@ from locust import HttpUser, LoadTestShape, constant, task
 from gateway.bench.api_events import PATHS, api_headers
 from gateway.offline.records import LoadRecord, classify, record_line
 from loadtests.plan import Plan, PlannedCall
+from loadtests.sessions import SessionTurns
 from loadtests.stream import Measured, measure, request_body
 
 IDLE_S = 0.25
@@ -40,6 +43,7 @@ class Replay:
         self.started: float | None = None
         self.in_flight = 0
         self.recorded = 0
+        self.sessions = SessionTurns(self.elapsed_s)
 
     def start(self) -> None:
         if self.started is None:
@@ -84,14 +88,16 @@ class LlmUser(HttpUser):
         if call is None:
             gevent.sleep(IDLE_S)
             return
-        gevent.sleep(max(0.0, call.arrival_s - self.replay.elapsed_s()))
+        arrival_s = self.replay.sessions.arrival_s(call)
+        gevent.sleep(max(0.0, arrival_s - self.replay.elapsed_s()))
         self.replay.in_flight += 1
         try:
             start_s = self.replay.elapsed_s()
             measured = self._send(call)
         finally:
             self.replay.in_flight -= 1
-        self.replay.record(_record(call, start_s, measured))
+            self.replay.sessions.ended(call)
+        self.replay.record(_record(call, arrival_s, start_s, measured))
         self._fire(measured)
 
     def _send(self, call: PlannedCall) -> Measured:
@@ -144,13 +150,13 @@ def _broken(status: int, what: str, e2e_s: float) -> Measured:
     return Measured(status, f"stream broken: {what}", False, "", 0, e2e_s)
 
 
-def _record(call: PlannedCall, start_s: float, m: Measured) -> LoadRecord:
+def _record(call: PlannedCall, arrival_s: float, start_s: float, m: Measured) -> LoadRecord:
     outcome = classify(m.status, m.reason if m.gateway_reason else None, m.completed)
     return LoadRecord(
         request_id=str(call.index),
         tenant=call.tenant,
         slo_class=call.slo_class,
-        arrival_s=call.arrival_s,
+        arrival_s=arrival_s,
         start_s=start_s,
         status=m.status,
         outcome=outcome,

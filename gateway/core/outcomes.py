@@ -111,8 +111,9 @@ class Outcomes:
         in_flight = self.view.in_flight(endpoint_id, self.view.shared(endpoint_id))
         tpot_s, tokens = stretch if stretch is not None else (None, 0)
         sample = LatencySample(
-            now, True, 200, request.prompt_tokens, tokens, ttft_s, tpot_s, 0.0, in_flight, kind
-        )
+            now, True, 200, _uncached(request, endpoint_id), tokens, ttft_s, tpot_s, 0.0,
+            in_flight, kind,
+        )  # fmt: skip
         self.observe(self.store.observe(endpoint_id, sample))
 
     def finished(
@@ -176,3 +177,14 @@ class Outcomes:
     def cool_down(self, endpoint_id: str, until_s: float, reason: str, now: float) -> None:
         self.registry.cool_down(endpoint_id, until_s, reason)
         self.spawn(self.store.cool_down(endpoint_id, until_s=until_s, now=now))
+
+
+def _uncached(request: RouteRequest, endpoint_id: str) -> int:
+    """The prompt tokens the endpoint computes as far as known mid-stream: the engine reports
+    its cached count only with the usage at the end, so a first token is fitted on the prefix
+    index's prediction. Fitted on the whole prompt, hits biased the TTFT slope low, and the
+    holders of long prefixes looked slow (sessions_slow: 94% -> 76% chat attainment)."""
+    cached = request.cached_tokens.get(endpoint_id)
+    return (
+        request.prompt_tokens if cached is None else max(0, request.prompt_tokens - round(cached))
+    )

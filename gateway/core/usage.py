@@ -26,15 +26,25 @@ Headers = tuple[tuple[bytes, bytes], ...]
 
 
 def cost_pusd(price: Price, prompt: int, cached: int, completion: int) -> int:
-    """Pico-USD at `price`: uncached prompt tokens at the input rate, cached ones at the
-    cached rate, completion at the output rate (prices are per 1M tokens: x 1e6 pico-USD)."""
+    """Pico-USD at `price` (prices are per 1M tokens: x 1e6 pico-USD); see `_micro_usd`."""
+    return round(_micro_usd(price, prompt, cached, completion) * 1e6)
+
+
+def cost_usd(price: Price, prompt: int, cached: int, completion: int) -> float:
+    """USD at `price`, unrounded: the offline report's cost, by the live accounting's formula."""
+    return _micro_usd(price, prompt, cached, completion) / 1e6
+
+
+def _micro_usd(price: Price, prompt: int, cached: int, completion: int) -> float:
+    """Uncached prompt tokens at the input rate, cached ones at the cached rate, completion at
+    the output rate. With no cached tokens the sum is exactly prompt x input + completion x
+    output (adding 0.0 rounds nothing), so uncached costs are the same floats as before."""
     cached = min(cached, prompt)
-    micro = (
+    return (
         (prompt - cached) * price.input_per_1m
         + cached * price.cached_input_rate
         + completion * price.output_per_1m
     )
-    return round(micro * 1e6)
 
 
 def usd(pusd: int) -> float:

@@ -37,7 +37,7 @@ from gateway.core.failover import answered_with_error
 from gateway.core.outcomes import Outcomes
 from gateway.core.prefix_chain import PrefixChain, chain_of
 from gateway.core.prefix_index import PrefixIndex
-from gateway.core.prefix_lookup import DEFAULT_OUTPUT_TOKENS, with_cached
+from gateway.core.prefix_lookup import DEFAULT_OUTPUT_TOKENS, answered, with_cached
 from gateway.core.prefix_lookup import routed as prefix_routed
 from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed
@@ -221,9 +221,8 @@ class GatewayModel:
         self.admission.finished(route, now_s)
         chain = self.chains.pop(route.request_id, None)
         if chain is not None and result.cached_tokens is not None and result.outcome == "ok":
-            predicted = route.cached_tokens.get(endpoint_id, 0.0)
             cached, prompt = result.cached_tokens, result.prompt_tokens
-            self.prefix.calibrate(endpoint_id, chain, predicted, cached, prompt, now_s)
+            answered(self.prefix, endpoint_id, route, chain, cached, prompt, now_s)
 
     def request_done(self, route: RouteRequest, now_s: float) -> None:
         """`Admission.finished`: the tenant's concurrency slot goes back."""

@@ -21,7 +21,7 @@ from gateway.offline.scenario import EngineSpec, ProviderSpec
 from gateway.sim.faults import FaultState
 from gateway.sim.model import EngineModel, EngineSnapshot, StepResult
 from gateway.sim.prompt_blocks import sequence_hashes
-from gateway.sim.provider import ProviderLatency, go_duration
+from gateway.sim.provider import HostedPromptCache, ProviderLatency, go_duration
 from gateway.sim.wire import error_body
 from gateway.watch.scraper import ScrapedState
 
@@ -136,6 +136,7 @@ class VirtualProvider:
         self.params = spec.params
         self.faults = FaultState(spec.params.faults, now_s=0.0, seed=seed)
         self.latency = ProviderLatency(spec.params, random.Random(seed))
+        self.cache = HostedPromptCache(spec.params)
         self.in_flight = 0
 
     def refuse(self) -> Refusal | None:
@@ -163,14 +164,20 @@ class VirtualProvider:
         """A provider is probed at /models, which the simulated faults leave alone."""
         return True
 
-    def start(self, prompt_tokens: int, output_tokens: int, now_s: float) -> Served:
-        """Serve one request from now_s: its token times and the response's limit headers."""
-        ttft_s, tpot_s = self.latency.draw(prompt_tokens)
+    def start(
+        self, prompt_tokens: int, output_tokens: int, now_s: float, text: str | None = None
+    ) -> Served:
+        """Serve one request from now_s: its token times, the response's limit headers and the
+        prompt tokens found in the provider's prompt cache (`text`: the rendered prompt, when
+        the plan has one; without it nothing is cached)."""
+        cached = None if text is None else self.cache.lookup(text, None, prompt_tokens, now_s)
+        ttft_s, tpot_s = self.latency.draw(prompt_tokens, cached or 0)
         slowdown = self.faults.slowdown(now_s)
         first_s = now_s + ttft_s * slowdown
         self.in_flight += 1
         headers = self.limit_headers(remaining=max(0, self.params.max_concurrency - self.in_flight))
-        return Served(first_s, first_s + tpot_s * slowdown * (output_tokens - 1), headers)
+        last_s = first_s + tpot_s * slowdown * (output_tokens - 1)
+        return Served(first_s, last_s, headers, cached)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,3 +185,4 @@ class Served:
     first_s: float
     last_s: float
     headers: Mapping[str, str]
+    cached: int | None = None  # of the prompt in the provider's cache (None: no prompt text)

@@ -5,14 +5,17 @@ weight 1 / r^zipf_s), optionally a popular document (RAG: Zipf over `documents`)
 user message, then runs `turns` turns: each turn replays the whole conversation so far plus a
 new user message, and the assistant messages it replays are the text the simulated engine
 generates (`gateway.sim.wire.output_text`), so a replayed answer hits the engine's cache as it
-does with vLLM. Turns are `think_s` apart (open loop: a turn does not wait for the previous
-answer; with think times longer than the answers this is close to a closed loop). Text is
+does with vLLM. Offline, turns are `think_s` apart (open loop: a turn does not wait for the
+previous answer; with think times longer than the answers this is close to a closed loop); the
+live load test sends each turn `think_s` after the previous one ends (loadtests/users.py). Text is
 synthetic at 4 characters a token. The scenario's ordinary `traffic` (unique prompts, no text)
 mixes in.
 
     sessions_slow  prefill-bound: slow-prefill engines, long growing contexts; the fleet keeps
                    up only if prefixes are reused
     sessions_fast  fast prefill, short contexts: affinity can only help a little
+    sessions_rag   RAG: popular documents in the first user message, slow-prefill engines and
+                   a hosted provider with prompt caching (cached input at a tenth) to spill to
 """
 
 from __future__ import annotations
@@ -24,10 +27,19 @@ from typing import Any
 from pydantic import Field
 
 from gateway.config.settings import SloClassConfig
-from gateway.offline.scenario import EngineSpec, Scenario, TenantSpec, Traffic, _Strict
+from gateway.offline.scenario import (
+    EngineSpec,
+    ProviderSpec,
+    Scenario,
+    TenantSpec,
+    Traffic,
+    _Strict,
+)
 from gateway.offline.trace import PlannedRequest
 from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.engine import EngineServerParams
+from gateway.sim.fleet import MemberPrice
+from gateway.sim.provider import ProviderParams
 from gateway.sim.wire import estimate_prompt_tokens, output_text, prompt_text
 
 
@@ -38,6 +50,10 @@ class PromptedRequest(PlannedRequest):
 
     body: dict[str, Any] | None = None
     text: str | None = None
+    # the live load test sends turn k `think_s` after turn k-1 ends (closed loop per session)
+    session: str | None = None
+    turn: int = 0
+    think_s: float = 0.0
 
 
 class Sessions(_Strict):
@@ -64,12 +80,12 @@ class PrefixScenario(Scenario):
         planned = list(super().plan(seed))
         for index, spec in enumerate(self.sessions):
             rng = random.Random(f"{base}:sessions:{index}")
-            planned += session_turns(spec, self.model, self.duration_s, rng)
+            planned += session_turns(spec, self.model, self.duration_s, rng, f"{index}:")
         return sorted(planned, key=lambda r: r.arrival_s)
 
 
 def session_turns(
-    spec: Sessions, model: str, duration_s: float, rng: random.Random
+    spec: Sessions, model: str, duration_s: float, rng: random.Random, label: str = ""
 ) -> list[PromptedRequest]:
     systems = [
         _text(random.Random(f"system:{i}"), spec.system_tokens) for i in range(spec.system_prompts)
@@ -79,7 +95,7 @@ def session_turns(
     ]
     user, output = spec.user.sampler("prompt"), spec.output.sampler("output")
     turns: list[PromptedRequest] = []
-    for _ in range(spec.sessions):
+    for number in range(spec.sessions):
         start_s = rng.uniform(0, spec.start_within_s)
         messages = [{"role": "system", "content": _zipf(rng, systems, spec.zipf_s)}]
         opening = _zipf(rng, documents, spec.zipf_s) + "\n" if documents else ""
@@ -92,8 +108,11 @@ def session_turns(
                 body = {"model": model, "messages": list(messages)}
                 prompt = estimate_prompt_tokens(body, "chat")
                 text = prompt_text(body, "chat")
+                where = (f"{label}{number}", turn, spec.think_s)
                 turns.append(
-                    PromptedRequest(at_s, prompt, tokens, spec.tenant, spec.slo_class, body, text)
+                    PromptedRequest(
+                        at_s, prompt, tokens, spec.tenant, spec.slo_class, body, text, *where
+                    )
                 )
             messages.append({"role": "assistant", "content": output_text(tokens)})
     return turns
@@ -133,18 +152,21 @@ def _batch(rate: float, end_s: float) -> Traffic:
     )
 
 
+def _sessions_scenario(**fields: Any) -> PrefixScenario:
+    """A 30 s scenario of chat sessions (tenant `app`) beside batch jobs (tenant `jobs`)."""
+    tenants = {
+        "app": TenantSpec(allowed_classes=["chat"]),
+        "jobs": TenantSpec(allowed_classes=["batch"]),
+    }
+    return PrefixScenario(duration_s=30, classes=_CLASSES, tenants=tenants, **fields)
+
+
 def sessions_slow() -> PrefixScenario:
-    return PrefixScenario(
+    return _sessions_scenario(
         name="sessions_slow",
         description="Prefill-bound: chat sessions with long growing contexts on slow-prefill "
         "engines, shared system prompts, a little unique batch traffic.",
-        duration_s=30,
         drain_s=60,
-        classes=_CLASSES,
-        tenants={
-            "app": TenantSpec(allowed_classes=["chat"]),
-            "jobs": TenantSpec(allowed_classes=["batch"]),
-        },
         traffic=[_batch(0.5, 30)],
         engines=_engines(4, **_SLOW_PREFILL),
         sessions=[
@@ -163,16 +185,10 @@ def sessions_slow() -> PrefixScenario:
 
 
 def sessions_fast() -> PrefixScenario:
-    return PrefixScenario(
+    return _sessions_scenario(
         name="sessions_fast",
         description="Fast prefill, short contexts: chat sessions where affinity can help little.",
-        duration_s=30,
         drain_s=30,
-        classes=_CLASSES,
-        tenants={
-            "app": TenantSpec(allowed_classes=["chat"]),
-            "jobs": TenantSpec(allowed_classes=["batch"]),
-        },
         traffic=[_batch(1.0, 30)],
         engines=_engines(4),
         sessions=[
@@ -187,6 +203,41 @@ def sessions_fast() -> PrefixScenario:
                 system_tokens=200,
                 user=LengthSpec(profile="conversation", scale=0.05, max_tokens=80),
                 output=LengthSpec(profile="conversation", scale=0.3, max_tokens=80),
+            )
+        ],
+    )
+
+
+# A hosted model priced like a mid-size one, its prompt-cache reads billed at a tenth (as
+# OpenAI and Anthropic bill them); it answers fast but costs, while the engines are free.
+_HOSTED = ProviderSpec(
+    id="hosted",
+    params=ProviderParams(ttft_median_s=0.3),
+    price=MemberPrice(input_per_1m=3.0, output_per_1m=15.0, cached_input_per_1m=0.3),
+)
+
+
+def sessions_rag() -> PrefixScenario:
+    return _sessions_scenario(
+        name="sessions_rag",
+        description="RAG sessions: Zipf-popular 1,500-token documents in the first user message, "
+        "on 3 slow-prefill engines and a priced hosted provider with prompt caching.",
+        drain_s=60,
+        traffic=[_batch(0.3, 30)],
+        engines=_engines(3, **_SLOW_PREFILL),
+        providers=[_HOSTED],
+        sessions=[
+            Sessions(
+                tenant="app",
+                slo_class="chat",
+                sessions=40,
+                start_within_s=10,
+                turns=3,
+                think_s=6,
+                system_prompts=2,
+                system_tokens=300,
+                documents=12,
+                document_tokens=1500,
             )
         ],
     )

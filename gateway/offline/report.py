@@ -12,7 +12,8 @@ Per group (all requests; each class; each tenant; each class × tenant)
                     so shed and failed requests count as misses
     goodput_rps     requests meeting their SLO per second of the run (arrival span)
     goodput_share   the group's share of all requests meeting their SLO (tenant fairness)
-    cost            Σ over successful requests of tokens × the serving endpoint's prices
+    cost            Σ over successful requests of tokens × the serving endpoint's prices, cached
+                    prompt tokens at its cached rate (gateway/core/usage.py, as live billing)
 Run-level metrics: attempts_ratio (upstream attempts / requests the gateway forwarded: a retry
 storm shows as > 1), lateness_p99_s (load-generator lag, a validity check for live runs),
 preemptions (engine preemptions during the run) and recovery_s (after the scenario's
@@ -29,8 +30,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gateway.bench.percentile import percentile
-from gateway.config.settings import SloClassConfig
+from gateway.config.settings import Price, SloClassConfig
 from gateway.core import slo
+from gateway.core.usage import cost_usd
 from gateway.offline.records import LoadRecord
 from gateway.offline.scenario import Check, Scenario
 
@@ -177,7 +179,7 @@ def _group(
     records: Sequence[LoadRecord],
     good: set[str],
     total_good: int,
-    prices: Mapping[str, tuple[float, float]],
+    prices: Mapping[str, Price],
     duration_s: float,
 ) -> GroupStats:
     count = len(records)
@@ -217,9 +219,11 @@ def _ratio(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
-def _cost(record: LoadRecord, prices: Mapping[str, tuple[float, float]]) -> float:
-    price_in, price_out = prices.get(record.endpoint, (0.0, 0.0))
-    return (record.prompt_tokens * price_in + record.output_tokens * price_out) / 1e6
+def _cost(record: LoadRecord, prices: Mapping[str, Price]) -> float:
+    price = prices.get(record.endpoint)
+    if price is None:
+        return 0.0
+    return cost_usd(price, record.prompt_tokens, record.cached_tokens, record.output_tokens)
 
 
 def _attempts_ratio(records: Sequence[LoadRecord]) -> float | None:

@@ -139,10 +139,10 @@ class Scenario(_Strict):
                     )
         return sorted(planned, key=lambda r: r.arrival_s)
 
-    def prices(self) -> dict[str, tuple[float, float]]:
-        """Endpoint id -> (input, output) price per 1M tokens."""
-        prices = [(m.id, m.price) for m in self.engines] + [(m.id, m.price) for m in self.providers]
-        return {member: (p.input_per_1m, p.output_per_1m) for member, p in prices}
+    def prices(self) -> dict[str, MemberPrice]:
+        """Endpoint id -> its prices per 1M tokens."""
+        members: list[EngineSpec | ProviderSpec] = [*self.engines, *self.providers]
+        return {m.id: m.price for m in members}
 
     def fleet(self, ports: list[int]) -> FleetConfig:
         """The fleet to serve live, one port per member (engines first)."""

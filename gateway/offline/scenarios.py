@@ -15,7 +15,8 @@ generous where a noisy machine moves the numbers, exact where the gateway promis
     kv_ramp       a ramp that fills the engines' KV cache: admission acts before preemption
     smoke         a short mix for CI (generous thresholds)
     fleet20       the simulator benchmark: 16 engines and 4 providers, ~100k requests (offline)
-    sessions_slow, sessions_fast   prefix reuse: multi-turn chat sessions (prefix_scenarios.py)
+    sessions_slow, sessions_fast, sessions_rag   prefix reuse: multi-turn chat sessions, RAG
+                  documents (prefix_scenarios.py)
     reaction      a 2.5x burst, then an engine slowed 3x (gateway/offline/reaction_scenarios.py)
 """
 
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.config.settings import TenantLimits
-from gateway.offline.prefix_scenarios import sessions_fast, sessions_slow
+from gateway.offline.prefix_scenarios import sessions_fast, sessions_rag, sessions_slow
 from gateway.offline.reaction_scenarios import reaction
 from gateway.offline.scenario import (
     Check,
@@ -351,5 +352,6 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "fleet20": fleet20,
     "sessions_slow": sessions_slow,
     "sessions_fast": sessions_fast,
+    "sessions_rag": sessions_rag,
     "reaction": reaction,
 }

@@ -239,10 +239,10 @@ class Simulator:
         route = flight.route
         output_tokens = route.max_tokens or 1
         engine = self.engines.get(endpoint_id)
+        text = getattr(self.plan[flight.index], "text", None)
         if engine is not None:
             refusal = engine.refuse(route.prompt_tokens, output_tokens)
             if refusal is None:
-                text = getattr(self.plan[flight.index], "text", None)
                 engine.submit(route.request_id, route.prompt_tokens, output_tokens, text)
                 self._flights[route.request_id] = flight
                 if not engine.stepping:
@@ -252,8 +252,9 @@ class Simulator:
             provider = self.providers[endpoint_id]
             refusal = provider.refuse()
             if refusal is None:
-                served = provider.start(route.prompt_tokens, output_tokens, now_s)
+                served = provider.start(route.prompt_tokens, output_tokens, now_s, text)
                 flight.first_s, flight.limit_headers = served.first_s, served.headers
+                flight.cached = served.cached
                 self._push(served.last_s, PROVIDER_END, flight)
                 return
         self._refused(flight, refusal, now_s)

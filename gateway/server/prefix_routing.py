@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.core.prefix_chain import EMPTY, PrefixChain, chain_of
 from gateway.core.prefix_index import IndexParams, PrefixIndex
-from gateway.core.prefix_lookup import DEFAULT_OUTPUT_TOKENS, routed, with_cached
+from gateway.core.prefix_lookup import DEFAULT_OUTPUT_TOKENS, answered, routed, with_cached
 from gateway.telemetry.record import Finished
 from gateway.watch.scraper import Scraper
 from policies.base import RouteRequest
@@ -46,7 +46,5 @@ class PrefixRouting:
         """The engine said how much of the prompt it found cached: calibrate the index."""
         if result.cached_tokens is None or not chain.hashes or result.outcome != "ok":
             return
-        predicted = request.cached_tokens.get(endpoint_id, 0.0)
-        self.index.calibrate(
-            endpoint_id, chain, predicted, result.cached_tokens, result.prompt_tokens, time.time()
-        )
+        cached, prompt = result.cached_tokens, result.prompt_tokens
+        answered(self.index, endpoint_id, request, chain, cached, prompt, time.time())

@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.types import ASGIApp
 
+from gateway.config.settings import Price
 from gateway.sim.engine import EngineServerParams, create_engine_app
 from gateway.sim.provider import ProviderParams, create_provider_app
 
@@ -36,9 +37,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class MemberPrice(_Strict):
-    input_per_1m: float = Field(default=0.0, ge=0)
-    output_per_1m: float = Field(default=0.0, ge=0)
+# The gateway's own price model (input, output and cached-input rates per 1M tokens): the
+# fleet's members are priced as the gateway config prices them, and the offline report bills
+# with the same formula as live accounting.
+MemberPrice = Price
 
 
 class EngineMember(_Strict):
@@ -99,7 +101,7 @@ def gateway_endpoints(config: FleetConfig, host: str = "127.0.0.1") -> list[dict
             "id": member.id,
             "base_url": urls[member.id],
             "models": {config.public_model: member.params.model},
-            "price": member.price.model_dump(),
+            "price": member.price.model_dump(exclude_none=True),
         }
         if isinstance(member, EngineMember):
             # The engine's batch size is its concurrency: admission can then keep slots, not

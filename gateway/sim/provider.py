@@ -99,9 +99,15 @@ class HostedPromptCache:
         self.params = params
         self._seen: OrderedDict[int, float] = OrderedDict()
 
-    def hashes(self, request: CompletionRequest) -> tuple[int, ...]:
-        blocks = self.params.prompt_cache_step_tokens
-        return block_hashes(request.prompt_text, blocks, salt=request.cache_salt)
+    def lookup(self, text: str, salt: str | None, prompt_tokens: int, now_s: float) -> int:
+        """Cached tokens of a prompt rendered as `text` (`wire.prompt_text`), remembered; 0
+        when caching is off or the prompt is under the minimum. The live runtime and the
+        offline provider both ask here."""
+        p = self.params
+        if not p.prompt_caching or prompt_tokens < p.prompt_cache_min_tokens:
+            return 0  # nothing to look up or remember: no need to hash
+        hashes = block_hashes(text, p.prompt_cache_step_tokens, salt=salt)
+        return self.serve(hashes, prompt_tokens, now_s)
 
     def serve(self, hashes: Sequence[int], prompt_tokens: int, now_s: float) -> int:
         """Cached tokens of a prompt with these block hashes; the prompt is remembered."""
@@ -177,10 +183,8 @@ class ProviderRuntime:
         return {"rate_limited": self.rate_limited, "cached_tokens_total": self.cached_tokens_total}
 
     def _cached_tokens(self, request: CompletionRequest) -> int:
-        p, cache = self.params, self._prompt_cache
-        if not p.prompt_caching or request.prompt_tokens < p.prompt_cache_min_tokens:
-            return 0  # nothing to look up or remember: no need to hash
-        return cache.serve(cache.hashes(request), request.prompt_tokens, self._clock())
+        text, salt, prompt = request.prompt_text, request.cache_salt, request.prompt_tokens
+        return self._prompt_cache.lookup(text, salt, prompt, self._clock())
 
     def _limit_headers(self, *, remaining: int) -> dict[str, str]:
         return {

@@ -107,6 +107,7 @@ class ServeParams:
             *itertools.chain.from_iterable(options.items()),
             "--enforce-eager",  # starts in 30 s instead of 2 min; the tier times no decode speed
             "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
+            "--enable-prefix-caching",  # vLLM 0.32's default; test_vllm_prefix.py needs it on
         ]
 
 

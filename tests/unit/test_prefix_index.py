@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gateway.core.prefix_chain import BLOCK_CHARS, chain_of
 from gateway.core.prefix_index import IndexParams, PrefixIndex
-from gateway.core.prefix_lookup import routed, with_cached
+from gateway.core.prefix_lookup import answered, routed, with_cached
 from policies.base import EngineSignals, RouteRequest, SloTarget
 
 SYSTEM = {"role": "system", "content": "You are terse. " * 50}
@@ -112,6 +112,20 @@ def test_calibration_an_unpredicted_hit_adds_entries() -> None:
     chain = chain_of(body("learned elsewhere", "answer", "next"))
     index.calibrate("b", chain, predicted=0.0, actual=1000, prompt=1000, now=0.0)
     assert index.match(chain) == {"b": 4}  # another replica's traffic, learned from the truth
+
+
+def test_calibration_compares_the_prediction_in_the_engines_own_token_count() -> None:
+    """The prediction is in estimated tokens; the engine counts its own. A hit that is exact in
+    the engine's tokens, under an estimate 30% high, is no miss (real vLLM: 25-33% high)."""
+    index = PrefixIndex(IndexParams(kappa=1.0))
+    chain = chain_of(body("first question", "answer", "next"))
+    index.routed("a", chain, 100, now=0.0)
+    estimated = with_cached(request(1300), index, chain)
+    predicted = estimated.cached_tokens["a"]  # the whole chain: 1300 estimated tokens
+    answered(index, "a", estimated, chain, cached=round(predicted / 1.3), prompt=1000, now=1.0)
+    assert index.holders["a"].precision > 0.999 and index.holders["a"].kappa == 1.0
+    index.calibrate("a", chain, predicted, round(predicted / 1.3), prompt=1000, now=2.0)
+    assert index.holders["a"].precision < 0.98  # unscaled, the same hit reads as a miss
 
 
 def test_bounds_per_endpoint_and_overall() -> None:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from gateway.core.outcomes import Outcomes
+from gateway.core.progress import StreamProgress
 from gateway.state.memory_store import MemoryStatsStore
 from gateway.state.store import LatencySample
 from gateway.telemetry.record import Finished
@@ -82,3 +83,24 @@ def test_outcomes_record_uncached_prompt_tokens() -> None:
     asyncio.run(seen[0])
     stats = asyncio.run(store.read(["e"], now=100.0))["e"]
     assert stats.latency.prompt_tokens_mean == 1000
+
+
+def test_a_first_token_is_fitted_on_the_uncached_tokens_the_index_predicted() -> None:
+    """Mid-stream the engine has not said what it found cached (usage comes at the end): the
+    first token's TTFT is fitted on the prompt less the index's prediction for the endpoint."""
+    store = MemoryStatsStore()
+    seen: list[Any] = []
+    healthy = SimpleNamespace(breaker=SimpleNamespace(failures=0))
+    view = SimpleNamespace(
+        store=store, stats=lambda _: healthy, shared=lambda _: None, in_flight=lambda *_: 1
+    )
+    outcomes = Outcomes(None, None, None, view, seen.append)  # type: ignore[arg-type]
+    progress = StreamProgress()
+    predicted = request(4000, {"e": 3000.0, "other": 500.0})
+    outcomes.streamed("e", predicted, progress, 1, 0.3, last_s=0.3, now=100.0)
+    outcomes.streamed("f", request(4000), StreamProgress(), 1, 0.3, last_s=0.3, now=100.0)
+    for pending in seen:
+        asyncio.run(pending)
+    stats = asyncio.run(store.read(["e", "f"], now=100.0))
+    assert stats["e"].latency.prompt_tokens_mean == 1000
+    assert stats["f"].latency.prompt_tokens_mean == 4000  # nothing predicted: the whole prompt

@@ -127,6 +127,21 @@ def test_groups_count_rates_attainment_goodput_and_cost() -> None:
     )
     assert everything.reasons == {"saturated": 1, "upstream_failed": 1}  # of those not ok
     assert summary.run["preemptions"] == 3
+
+
+def test_cost_bills_cached_prompt_tokens_at_the_cached_rate_as_live_accounting_does() -> None:
+    cached_price = MemberPrice(input_per_1m=10.0, output_per_1m=30.0, cached_input_per_1m=1.0)
+    hosted = [ProviderSpec(id="p", price=cached_price)]
+    records = [
+        record(0, endpoint="p", cached_tokens=800),  # 200 uncached at 10, 800 cached at 1
+        record(1, endpoint="e", cached_tokens=800),  # no cached rate: input price for all 1000
+    ]
+    summary = summarize(scenario(providers=hosted), records, RunFacts("p1", "offline"))
+    hosted_cost = (200 * 10.0 + 800 * 1.0 + 11 * 30.0) / 1e6
+    engine_cost = (1000 * 1.0 + 11 * 2.0) / 1e6
+    assert summary.groups["all"].cost == pytest.approx(hosted_cost + engine_cost)
+    uncached = summarize(scenario(providers=hosted), [record(0, endpoint="p")], RunFacts("p", "o"))
+    assert uncached.groups["all"].cost == pytest.approx((1000 * 10.0 + 11 * 30.0) / 1e6)
     assert summary.run["attempts_ratio"] == pytest.approx(1.0)
 
 

@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+from gateway.offline.members import VirtualProvider
+from gateway.offline.scenario import ProviderSpec
 from gateway.sim.provider import HostedPromptCache, ProviderLatency, ProviderParams
 from gateway.sim.wire import parse_completion
 
@@ -61,11 +63,26 @@ def test_the_lru_keeps_only_the_most_recent_blocks() -> None:
     assert cache.serve(old, 12 * STEP + 1, now_s=3.0) == 0  # 4 of its first blocks were evicted
 
 
-def test_hashes_cover_the_rendered_prompt_in_128_token_blocks() -> None:
+def test_lookup_hashes_the_rendered_prompt_in_128_token_blocks() -> None:
     cache = HostedPromptCache(ProviderParams())
     body = {"model": "m", "messages": [{"role": "user", "content": "y" * 6000}]}
     request = parse_completion(body, "chat", default_max_tokens=1)
-    assert len(cache.hashes(request)) == len(request.prompt_text) // (4 * STEP) == 11
+    blocks = len(request.prompt_text) // (4 * STEP)
+    assert blocks == 11
+    seen = (request.prompt_text, request.cache_salt, blocks * STEP + 1)
+    assert [cache.lookup(*seen, now_s=t) for t in (0.0, 1.0)] == [0, blocks * STEP]
+    off = HostedPromptCache(ProviderParams(prompt_caching=False))
+    assert [off.lookup(*seen, now_s=t) for t in (0.0, 1.0)] == [0, 0]
+
+
+def test_the_offline_provider_caches_as_the_live_one_and_skips_the_prefill() -> None:
+    params = ProviderParams(ttft_sigma=0.0, ttft_per_prompt_token_s=1e-4)
+    provider = VirtualProvider(ProviderSpec(id="p", params=params), seed=1)
+    text, prompt = "z" * 8000, 2001
+    cold, warm = (provider.start(prompt, 4, now_s=t, text=text) for t in (0.0, 1.0))
+    assert (cold.cached, warm.cached) == (0, 15 * STEP)  # (2001 - 1) // 128 blocks
+    assert (cold.first_s - 0.0) - (warm.first_s - 1.0) == pytest.approx(15 * STEP * 1e-4)
+    assert provider.start(prompt, 4, now_s=2.0).cached is None  # no text: nothing known
 
 
 def test_cached_tokens_skip_prefill_time() -> None:
