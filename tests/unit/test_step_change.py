@@ -47,7 +47,7 @@ def test_a_3x_slowdown_starts_a_step_and_the_estimate_jumps() -> None:
     stepped = jumped(_replace(fast(0.09)), step)
     assert stepped.tpot_mean_s == pytest.approx(0.09)
     assert stepped.tpot_p95_s == pytest.approx(0.15)
-    assert stepped.ttft_base_s == pytest.approx(0.15)  # a slower engine prefills slower too
+    assert stepped.ttft_base_s == pytest.approx(0.05)  # no first tokens say TTFT moved
     assert stepped.step_ratio == pytest.approx(3.0)
     assert (stepped.step_signal, stepped.step_at_s) == ("tpot", 100.0)
     assert jumped(WINDOW, None) is WINDOW
@@ -107,3 +107,20 @@ def test_a_cold_step_once_started_holds_at_the_release_bar() -> None:
     held = follow(started, dataclasses.replace(COLD, fast=fast(0.045, n=1.0)), PARAMS, 8.0)
     assert held is not None and held.ratio == pytest.approx(1.5)
     assert held.since_s == 7.0
+
+
+def test_a_tpot_led_step_scales_ttft_by_its_own_first_tokens_only() -> None:
+    # 8 stretches at 3x the fit's TPOT, and 8 first tokens of 1,000 prompt tokens at 0.45 s
+    # (the fit says 0.15 s there): TTFT jumps by its own 3x
+    slowed = FastWindow(8.0, 0.45 * 8, 8.0, 0.09 * 8, 1000.0 * 8, 10.0 * 8)
+    step = follow(None, _replace(slowed), PARAMS, at_s=100.0)
+    assert step is not None and step.signal == "tpot"
+    assert step.ttft_ratio == pytest.approx(3.0)
+    stepped = jumped(_replace(slowed), step)
+    assert stepped.ttft_base_s == pytest.approx(0.15) and stepped.tpot_mean_s == pytest.approx(0.09)
+    # first tokens as fast as the fit expects: TPOT jumps, TTFT stays
+    steady = jumped(
+        _replace(fast(0.09, ttft_n=8.0)),
+        follow(None, _replace(fast(0.09, ttft_n=8.0)), PARAMS, 0.0),
+    )
+    assert steady.ttft_base_s == pytest.approx(0.05) and steady.tpot_mean_s == pytest.approx(0.09)
