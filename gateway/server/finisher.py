@@ -120,9 +120,12 @@ class Finisher:
         series = self._usage_series.get(labels)
         if series is None:
             series = self._usage_series[labels] = usage_series(self.metrics, labels)
-        for counter, amount in zip(series, (1, prompt, cached, completion), strict=False):
-            counter.inc(amount)
-        series[4].inc(usd(record.cost_pusd))
+        requests, prompt_tokens, cached_tokens, completion_tokens, cost = series
+        requests.inc()
+        prompt_tokens.inc(prompt)
+        cached_tokens.inc(cached)
+        completion_tokens.inc(completion)
+        cost.inc(usd(record.cost_pusd))
 
     def _latency_histograms(
         self, endpoint_id: str, request: RouteRequest, result: Finished

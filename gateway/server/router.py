@@ -34,7 +34,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from gateway.config.settings import EndpointConfig, ServerConfig
 from gateway.core.candidates import candidate_snapshots, next_available_in_s, only_candidates
 from gateway.core.failover import backoff_s, final_error, gives_up
-from gateway.core.prefix_chain import EMPTY, PrefixChain
+from gateway.core.prefix_chain import PrefixChain
 from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed, NoEndpointAvailable
 from gateway.server.admission_queue import Admission
@@ -66,7 +66,6 @@ class Routed:
     opened: Opened
     ranking: Ranking
     attempts: int
-    chain: PrefixChain = EMPTY  # the prompt's block hashes, for the prefix index
 
 
 class Router:
@@ -115,14 +114,13 @@ class Router:
             await self.admission.admit_tenant(request, record)
         try:
             routed = await self._route(request, call, record, receive)
-            routed.chain = chain
             self.prefix.sent(routed.opened.endpoint.id, request, chain)
         except ClientGone:
             await send({"type": "http.response.start", "status": 499, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
         else:
-            await self._respond(routed, request, call, record, receive, send)
+            await self._respond(routed, chain, request, call, record, receive, send)
         finally:
             self.admission.finished(request, record)
 
@@ -135,12 +133,14 @@ class Router:
     async def _respond(
         self,
         routed: Routed,
+        chain: PrefixChain,
         request: RouteRequest,
         call: UpstreamCall,
         record: RequestRecord,
         receive: Receive,
         send: Send,
     ) -> None:
+        """`chain`: the prompt's block hashes, for the prefix index's calibration."""
         opened = routed.opened
         upstream_model = opened.endpoint.models[call.model]
         headers = explain(opened.endpoint.id, routed.attempts, routed.ranking, request)
@@ -150,7 +150,7 @@ class Router:
         watch = opened.watch
         if watch is None:  # a whole answer: not streamed, or an error status
             result = await self._answer_whole(opened, request, call, record, headers, send)
-            self.prefix.answered(opened.endpoint.id, request, routed.chain, result)
+            self.prefix.answered(opened.endpoint.id, request, chain, result)
             return
         if call.store and watch.response_id:
             await self.owners.remember(watch.response_id, opened.endpoint, call, request)
@@ -162,7 +162,7 @@ class Router:
         finally:
             result = stream_result(opened, watch, outcome, request.prompt_tokens)
             self.finisher.finish(opened, request, result, record, progress)
-            self.prefix.answered(opened.endpoint.id, request, routed.chain, result)
+            self.prefix.answered(opened.endpoint.id, request, chain, result)
         if call.store and watch.response_id:  # again, with the tokens it took
             await self.owners.remember(watch.response_id, opened.endpoint, call, request, result)
 
