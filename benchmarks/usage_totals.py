@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 import yaml
 from openai import AsyncOpenAI
 
 from gateway.config.settings import Price
 from gateway.core.usage import cost_pusd
 from gateway.sim.fleet import api_key_environment, demo_fleet, gateway_endpoints, serve_fleet
+from tests.fixtures.gateway import usage_view
+from tests.fixtures.redis import delete_prefix
 from tests.fixtures.servers import free_port
 
 TENANTS = ("alpha", "beta", "gamma")
@@ -175,7 +176,7 @@ async def run(args: argparse.Namespace) -> int:
                 await asyncio.to_thread(wait_ready, url)
             sums = await load(urls, args.clients, args.seconds, prices)
             await asyncio.sleep(0.5)  # the last settlements leave in the write-behind
-            views = [await asyncio.to_thread(usage_view, url) for url in urls]
+            views = [await asyncio.to_thread(usage_view, url, ADMIN_KEY) for url in urls]
         finally:
             for process in processes:
                 process.terminate()
@@ -183,29 +184,9 @@ async def run(args: argparse.Namespace) -> int:
             stop.set()
             await fleet_task
             if args.redis_url:
-                forget(args.redis_url, env["GATEWAY_REDIS_PREFIX"])
+                # the run's keys go: usage buckets would stay for the whole retention
+                delete_prefix(args.redis_url, env["GATEWAY_REDIS_PREFIX"])
     return report(sums, views, args, replicas)
-
-
-def forget(redis_url: str, prefix: str) -> None:
-    """The run's keys go (they would expire, usage buckets only after the retention)."""
-    client = redis.Redis.from_url(redis_url)
-    try:
-        for key in client.scan_iter(match=f"{prefix}*"):
-            client.delete(key)
-    finally:
-        client.close()
-
-
-def usage_view(url: str) -> dict[str, dict[str, Any]]:
-    answer = httpx.get(
-        url + "/admin/usage",
-        params={"group_by": "tenant"},
-        headers={"authorization": f"Bearer {ADMIN_KEY}"},
-        timeout=10,
-    )
-    answer.raise_for_status()
-    return {group["tenant"]: group for group in answer.json()["groups"]}
 
 
 def report(

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from openai import AsyncOpenAI
@@ -20,13 +19,13 @@ from gateway.config.settings import Price
 from gateway.core.usage import cost_pusd
 from gateway.state.keys import KeySpace
 from tests.fixtures.gateway import (
-    ADMIN_KEY,
     PUBLIC_MODEL,
     GatewayProcess,
     config,
     endpoint,
     engine,
     fleet_member,
+    usage_view,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
@@ -95,16 +94,6 @@ def window_total(redis_url: str, prefix: str, tenant: str) -> int:
         return sum(int(value) for value in slots)
     finally:
         client.close()
-
-
-def usage_view(base_url: str) -> dict[str, dict[str, Any]]:
-    answer = httpx.get(
-        base_url + "/admin/usage",
-        params={"group_by": "tenant"},
-        headers={"authorization": f"Bearer {ADMIN_KEY}"},
-    )
-    answer.raise_for_status()
-    return {group["tenant"]: group for group in answer.json()["groups"]}
 
 
 def test_windows_and_usage_equal_the_clients_usage_exactly(
