@@ -218,11 +218,14 @@ def _tiers(
             # within a band of the SLO: the least uncached prompt (in tenths of it), then the
             # least utilised; equal endpoints share load, a cache holder keeps its prefix
             band = ratio // band_width if band_width else ratio
-            missed = (prompt_tokens - cached) // tenth
+            # a session's first turn: its rendezvous rank, the same endpoint on every replica
+            missed = (
+                rendezvous(request.session or "", snapshot.endpoint_id)
+                if home
+                else (prompt_tokens - cached) // tenth
+            )
             limit = snapshot.max_concurrency  # `utilisation`, inlined
             used = snapshot.in_flight / limit if limit else float(snapshot.in_flight)
-            if home:  # rendezvous: the same endpoint for the session on every replica
-                missed = rendezvous(request.session or "", snapshot.endpoint_id)
             tight = 1.0 if ratio > comfort else 0.0
             meets.append((tight, cost, hosted, band, missed, used, ratio, tie(), index))
         else:
