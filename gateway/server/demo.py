@@ -91,7 +91,8 @@ async def _run(fleet: FleetConfig, config: dict[str, Any], port: int, api_key: s
         loop.add_signal_handler(sig, stop.set)
     fleet_ready = asyncio.Event()
     fleet_task = asyncio.create_task(serve_fleet(fleet, stop=stop, ready=fleet_ready))
-    await fleet_ready.wait()
+    if not await _fleet_started(fleet_task, fleet_ready, stop):
+        return
     server = make_server(create_app(parse_config(config, "demo")), "127.0.0.1", port)
     gateway_task = asyncio.create_task(server.serve())
     while not server.started and not gateway_task.done():
@@ -103,6 +104,31 @@ async def _run(fleet: FleetConfig, config: dict[str, Any], port: int, api_key: s
     stop.set()
     await asyncio.gather(gateway_task, fleet_task)
     typer.echo("stopped")
+
+
+async def _fleet_started(
+    fleet_task: asyncio.Task[None], ready: asyncio.Event, stop: asyncio.Event
+) -> bool:
+    """Wait until the fleet serves; False if stopped first. A fleet that cannot start (a port
+    taken) ends the demo with a message naming the ports rather than waiting forever."""
+    waits = {asyncio.create_task(ready.wait()), asyncio.create_task(stop.wait())}
+    await asyncio.wait({fleet_task, *waits}, return_when=asyncio.FIRST_COMPLETED)
+    for wait in waits:
+        wait.cancel()
+    if fleet_task.done():
+        try:
+            fleet_task.result()
+        except OSError as error:
+            raise typer.BadParameter(
+                f"the simulated fleet could not start ({error}); the demo takes --port and "
+                "the next four ports: choose a --port with five free ports",
+                param_hint="--port",
+            ) from error
+        return False
+    if not ready.is_set():  # stopped (Ctrl-C) during startup: the fleet sees `stop` too
+        await fleet_task
+        return False
+    return True
 
 
 def _announce(port: int, api_key: str, fleet: FleetConfig) -> None:

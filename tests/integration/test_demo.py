@@ -4,6 +4,7 @@ answers with it, and limit headers and usage for the demo tenant."""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ import httpx
 import pytest
 
 from gateway.server.demo import DEMO_KEY
-from tests.fixtures.servers import free_port
+from tests.fixtures.servers import free_port_run
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def demo() -> Iterator[tuple[str, str]]:
     """The running demo: (gateway URL, the admin key it printed)."""
-    port = free_port()
+    port = free_port_run(5)
     command = [sys.executable, "-m", "gateway", "demo", "--port", str(port)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
@@ -57,3 +58,15 @@ def test_demo_prints_an_admin_key_the_dashboard_accepts(demo: tuple[str, str]) -
     demo_usage = next(g for g in usage.json()["groups"] if g["tenant"] == "demo")
     assert demo_usage["requests"] == 1
     assert demo_usage["completion_tokens"] == answer.json()["usage"]["completion_tokens"]
+
+
+def test_demo_with_a_taken_port_says_which_option_to_change() -> None:
+    port = free_port_run(5)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", port + 2))
+        taken.listen()
+        command = [sys.executable, "-m", "gateway", "demo", "--port", str(port)]
+        ended = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert ended.returncode == 2
+    message = " ".join(ended.stderr.replace("│", " ").split())
+    assert "--port" in message and "five free ports" in message, ended.stderr
