@@ -313,7 +313,7 @@ class Simulator:
                 progress = (flight := flights[request_id]).progress
                 if token == 0:
                     flight.first_s = now_s
-                elif token + 1 < progress.due_tokens and now_s < progress.due_s:
+                elif now_s < progress.due_s:
                     continue  # most tokens: no stretch due (gateway/core/progress.py)
                 sent_s, endpoint_id = flight.sent_s, flight.endpoint_id
                 streamed(endpoint_id, flight.route, progress, token + 1, now_s - sent_s, now_s)

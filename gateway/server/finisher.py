@@ -64,23 +64,19 @@ class Finisher:
 
     def watching(
         self, opened: Opened, request: RouteRequest, progress: StreamProgress
-    ) -> Callable[[StreamGrammar], None]:
-        """What the relay tells of a running stream after every read: its first token, then
-        its stretches, go to the statistics at once (gateway/core/progress.py); `finish`
-        then observes only the rest."""
+    ) -> Callable[[StreamGrammar], float]:
+        """What the relay tells of a running stream (gateway/upstream/relay.py's `Seen`): its
+        first token, then its stretches, go to the statistics at once (gateway/core/progress.py);
+        `finish` then observes only the rest. Returns when the next stretch is due."""
         endpoint_id, streamed = opened.endpoint.id, self.outcomes.streamed
 
-        def seen(watch: StreamGrammar) -> None:
+        def seen(watch: StreamGrammar) -> float:
             last_s = watch.last_token_s
             if last_s is None:
-                return
-            tokens = watch.output_tokens
-            # most reads: no stretch due yet (`StreamProgress.stretch`'s own test, ahead of it:
-            # this runs after every read of every stream)
-            if progress.started and tokens < progress.due_tokens and last_s < progress.due_s:
-                progress.tokens, progress.last_s = tokens, last_s  # what `rest` reports at the end
-                return
-            streamed(endpoint_id, request, progress, tokens, watch.ttft_s, last_s, time.time())
+                return 0.0
+            tokens, ttft_s = watch.output_tokens, watch.ttft_s
+            streamed(endpoint_id, request, progress, tokens, ttft_s, last_s, time.time())
+            return progress.due_s if progress.started else 0.0
 
         return seen
 

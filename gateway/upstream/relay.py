@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 
@@ -86,11 +87,13 @@ def _failure(opened: Opened, watch: StreamGrammar) -> AttemptFailed | None:
     return None
 
 
-Seen = Callable[[StreamGrammar], None]
+# Told of the watch when its last token reaches the time returned last (the first time, at its
+# first token) and once at the end; returns when to be told next, on the watch's clock.
+Seen = Callable[[StreamGrammar], float]
 
 
-def _unseen(watch: StreamGrammar) -> None:
-    return None
+def _unseen(watch: StreamGrammar) -> float:
+    return math.inf
 
 
 async def relay(
@@ -103,7 +106,8 @@ async def relay(
     seen: Seen = _unseen,
 ) -> str:
     """Send the response start and relay the stream; returns the outcome. `seen` is told of
-    the watch after every read (the running stream's observations, gateway/core/progress.py)."""
+    the watch as its tokens come (the running stream's observations, gateway/core/progress.py):
+    when they reach the time it asked for, and at the end."""
     outcome = "cancelled"
     departure = Departure(lambda: client_disconnected(receive))
     try:
@@ -124,20 +128,25 @@ async def _relay(
     watch hands back whole events only, so an event that mentions an error is redacted whole
     (a key split across reads is still found) and costs a substring test otherwise."""
     events, read = opened.first, opened.rest.readany
+    due_s = 0.0  # `seen` asks to be told no sooner (a test per read, not a call)
     while True:
-        seen(watch)
+        last_s = watch.last_token_s
+        if last_s is not None and last_s >= due_s:
+            due_s = seen(watch)
         events = redact.events(events)
         if events:
             await send({"type": "http.response.body", "body": events, "more_body": True})
         try:
             chunk = await read()
         except UPSTREAM_ERRORS:
+            seen(watch)
             tail = watch.error_event(
                 "The upstream failed mid-stream.", "upstream_stream_interrupted"
             )
             return await _end(send, "upstream_error", tail)
         if not chunk:
             tail = redact.events(watch.flush())
+            seen(watch)
             if watch.done or watch.upstream_error:
                 return await _end(send, "ok", tail)
             tail += watch.error_event("The upstream ended the stream early.", TRUNCATED)

@@ -15,21 +15,22 @@ def close(found: Stretch | None, expected: Stretch) -> bool:
     )
 
 
-def test_a_stretch_is_due_every_16_tokens_or_quarter_second() -> None:
+def test_a_stretch_is_due_every_quarter_second_however_many_tokens_came() -> None:
     progress = StreamProgress()
     progress.start(1, 10.0)
     assert progress.stretch(10, 10.1) is None
-    assert close(progress.stretch(17, 10.16), Stretch(0.01, 16))
-    assert progress.stretch(18, 10.3) is None  # 1 token in 0.14 s: not due yet
-    assert close(progress.stretch(19, 10.42), Stretch(0.13, 2))  # 0.26 s passed
+    assert progress.stretch(200, 10.2) is None  # many tokens, fast: not due yet
+    assert close(progress.stretch(201, 10.25), Stretch(0.25 / 200, 200))
+    assert progress.stretch(202, 10.3) is None  # 1 token in 0.05 s
+    assert close(progress.stretch(203, 10.51), Stretch(0.13, 2))  # 0.26 s passed
 
 
 def test_the_rest_is_what_no_stretch_reported() -> None:
     progress = StreamProgress()
     progress.start(1, 0.0)
-    assert progress.stretch(17, 0.32) is not None
+    assert progress.stretch(17, 0.25) is not None
     assert progress.rest() is None  # nothing since
-    progress.stretch(20, 0.38)
+    progress.stretch(20, 0.31)
     assert close(progress.rest(), Stretch(0.02, 3))
     assert progress.rest() is None
 
