@@ -7,6 +7,7 @@ every answer and every streamed token, never a speed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +129,16 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(values, 0.5) == 50.0
     assert percentile(values, 0.99) == 99.0
     assert percentile([], 0.5) is None
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_instruction_counts_inner_run_serves_its_requests(stream: bool) -> None:
+    """`benchmarks.relay.instructions` counts under valgrind what this run does; without
+    valgrind, the run itself (the app over the in-process upstream) must still answer 200s."""
+    command = [sys.executable, "benchmarks/relay/instructions.py", "--inside", "--requests", "3"]
+    command += ["--stream"] if stream else []
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
