@@ -7,7 +7,7 @@ import json
 import random
 import time
 from collections.abc import AsyncIterator, Callable
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -19,6 +19,7 @@ from gateway.server.runtime import Runtime
 from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import UpstreamCall
 from gateway.upstream.messages_events import MESSAGES
+from gateway.upstream.relay import relay
 from policies.base import RouteRequest
 from tests.fixtures.gateway import PUBLIC_MODEL, TENANT_KEY, chat_body, config, endpoint
 from tests.fixtures.upstream_fakes import Answer, Client, Cut, FakeUpstream, sse
@@ -234,39 +235,66 @@ async def test_a_tenant_key_split_across_reads_of_an_error_event_is_redacted(
     assert record.result is not None and record.result.outcome == "ok"  # the upstream's error
 
 
-class _Reads:
-    """What `Finisher.watching`'s callback reads of a stream watch."""
+class _ScriptedWatch:
+    """A stream watch whose every chunk says when its last token came and how many so far
+    (b"<last_s> <tokens>"), so that the relay's reads carry chosen times."""
 
     def __init__(self) -> None:
         self.last_token_s: float | None = None
         self.output_tokens = 0
         self.ttft_s: float | None = None
+        self.done = self.upstream_error = False
+
+    def feed(self, chunk: bytes) -> bytes:
+        last_s, tokens = chunk.split()
+        self.last_token_s, self.output_tokens, self.ttft_s = float(last_s), int(tokens), 0.2
+        return chunk
+
+    def flush(self) -> bytes:
+        self.done = True
+        return b""
+
+    def error_event(self, message: str, code: str) -> bytes:
+        return b""
 
 
-async def test_telling_the_stream_callback_only_when_due_keeps_the_plain_marks(
+async def test_the_relay_tells_the_stream_callback_only_when_due_and_the_marks_stay_plain(
     runtime: Runtime,
 ) -> None:
     """The relay tells `seen` of a stream only when its last token reaches the time `seen`
     asked for, and once at the end; the stretches and the rest must be those of calling
     `StreamProgress` on every read."""
-    rng = random.Random(7)
-    opened = SimpleNamespace(endpoint=runtime.registry.endpoints["a"])
-    route, _, _ = request(runtime, stream=True)
-    fast, plain = StreamProgress(), StreamProgress()
-    seen = runtime.router.finisher.watching(opened, route, fast)  # type: ignore[arg-type]
-    watch, now, due_s, told = _Reads(), 100.0, 0.0, 0
+    rng, now, tokens, reads = random.Random(7), 100.0, 0, []
     for read in range(400):
         now += rng.choice((0.001, 0.01, 0.05, 0.3))
-        watch.output_tokens += rng.randint(0, 3) if read else 1
-        watch.last_token_s, watch.ttft_s = now, 0.2
-        if now >= due_s:  # the relay's test (gateway/upstream/relay.py)
-            due_s, told = seen(watch), told + 1  # type: ignore[arg-type]  # what it reads
+        tokens += rng.randint(0, 3) if read else 1
+        reads.append((now, tokens))
+    fake = FakeUpstream(lambda ep, call: Answer([f"{t} {n}".encode() for t, n in reads]))
+    route, call, _ = request(runtime, stream=True)
+    opened, watch = await fake.open(runtime.registry.endpoints["a"], call), _ScriptedWatch()
+    watch.feed(opened.first)  # as `commit` does with the first bytes
+    fast, plain, told, marks = StreamProgress(), StreamProgress(), [], []
+    seen = runtime.router.finisher.watching(opened, route, fast)
+
+    def telling(stream: object) -> float:
+        told.append(1)
+        due_s = seen(stream)  # type: ignore[arg-type]  # the attributes it reads
+        marks.append((fast.mark_tokens, fast.mark_s))
+        return due_s
+
+    client = Client()
+    stream: Any = watch  # what the relay reads of a StreamGrammar
+    redactor = runtime.router.redactor
+    outcome = await relay(opened, stream, [], redactor, client.receive, client.send, telling)
+    plain_marks = []
+    for last_s, count in reads:
         if not plain.started:
-            plain.start(watch.output_tokens, now)
+            plain.start(count, last_s)
         else:
-            plain.stretch(watch.output_tokens, now)
-        assert (fast.mark_tokens, fast.mark_s) == (plain.mark_tokens, plain.mark_s), read
-    seen(watch)  # type: ignore[arg-type]  # at the end
+            plain.stretch(count, last_s)
+        plain_marks.append((plain.mark_tokens, plain.mark_s))
+    assert outcome == "ok"
+    assert sorted(set(marks)) == sorted(set(plain_marks))
     assert (fast.tokens, fast.last_s) == (plain.tokens, plain.last_s)
     assert fast.rest() == plain.rest()
-    assert told < 400 / 2  # most reads are not told
+    assert len(told) < len(reads) / 2  # most reads are not told
