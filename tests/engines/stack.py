@@ -45,6 +45,12 @@ def engine_view(gateway_url: str) -> dict[str, Any]:
     return view or {}
 
 
+def async_sdk_client(gateway: UvicornThread) -> openai.AsyncOpenAI:
+    """`sdk_client`'s async twin: many streams on one event loop."""
+    base_url = gateway.base_url + "/v1"
+    return openai.AsyncOpenAI(base_url=base_url, api_key=TENANT_KEY, max_retries=0, timeout=120)
+
+
 def sdk_client(gateway: UvicornThread) -> openai.OpenAI:
     """The openai SDK aimed at `gateway` as the test tenant; no retries, so a 429 is seen."""
     base_url = gateway.base_url + "/v1"
