@@ -25,6 +25,7 @@ import asyncio
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import openai
 import pytest
@@ -37,7 +38,7 @@ from tests.fixtures.servers import UvicornThread
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(TEST_TIMEOUT_S)]
 MAX_NUM_SEQS = 16  # the session server's ServeParams
-BATCH_SEED = 500  # seeds of the batch prompts, also their keys in `firsts`
+BATCH_SEED = 500  # seeds of the batch prompts (the two warm-up requests: the two before)
 BATCH_REQUESTS = 2 * MAX_NUM_SEQS
 INTERACTIVE_REQUESTS = 8
 PROMPT_TOKENS = 40
@@ -65,40 +66,34 @@ class Timed:
         return self.first_s - self.sent_s
 
 
-async def timed(
-    client: openai.AsyncOpenAI,
-    slo_class: str,
-    seed: int,
-    max_tokens: int,
-    firsts: dict[int, float],
-) -> Timed:
-    """One streamed chat of `slo_class`, read to its end; its first token's time also goes in
-    `firsts` (by seed) as it arrives."""
-    sent_s = time.perf_counter()
-    stream = await client.chat.completions.create(
-        model=PUBLIC_MODEL,
-        messages=[{"role": "user", "content": prompt(PROMPT_TOKENS, seed)}],
-        max_tokens=max_tokens,
-        stream=True,
-        extra_body=EXACT_LENGTH,
-        extra_headers={"x-slo-class": slo_class},
-    )
-    async for chunk in stream:
-        if seed not in firsts and chunk.choices and chunk.choices[0].delta.content:
-            firsts[seed] = time.perf_counter()
-    return Timed(sent_s, firsts[seed])
+async def timed(client: openai.AsyncOpenAI, slo_class: str, seed: int, max_tokens: int) -> Timed:
+    """One streamed chat of `slo_class`, read to its end, with when its first token came."""
+    sent_s, first_s = time.perf_counter(), None
+    async for chunk in await _chat(client, slo_class, seed, max_tokens, stream=True):
+        if first_s is None and chunk.choices and chunk.choices[0].delta.content:
+            first_s = time.perf_counter()
+    assert first_s is not None, f"{slo_class} request {seed} streamed no content"
+    return Timed(sent_s, first_s)
 
 
 async def held(client: openai.AsyncOpenAI, seed: int, max_tokens: int) -> None:
     """One batch request that holds a sequence for `max_tokens` tokens, not streamed: on two
     cores beside the engine, parsing 16 more streams slowed the client (and the gateway in
     its process) enough to send the last batch requests seconds late."""
-    await client.chat.completions.create(
+    await _chat(client, "batch", seed, max_tokens, stream=False)
+
+
+async def _chat(
+    client: openai.AsyncOpenAI, slo_class: str, seed: int, max_tokens: int, *, stream: bool
+) -> Any:
+    """One chat of `slo_class` (Any: the SDK types its answer by a literal `stream`)."""
+    return await client.chat.completions.create(
         model=PUBLIC_MODEL,
         messages=[{"role": "user", "content": prompt(PROMPT_TOKENS, seed)}],
         max_tokens=max_tokens,
+        stream=stream,
         extra_body=EXACT_LENGTH,
-        extra_headers={"x-slo-class": "batch"},
+        extra_headers={"x-slo-class": slo_class},
     )
 
 
@@ -110,8 +105,8 @@ def test_interactive_requests_overtake_batch_requests_queued_before_them(
     declares = {"priority_scheduling": True}
     with gateway_over(vllm, declares, **sections) as gateway:
         sent_s, batch, interactive = asyncio.run(_requests(gateway))
-    # One of the 16 that started before the interactive requests came (it overtook a running
-    # one on the way in) is left out.
+    # A waiting batch request that started before the interactive requests came (it overtook a
+    # running one on the way in) is left out.
     queued = [b for b in batch if b.first_s > sent_s]
     overtaken = sum(i.first_s < b.first_s for i in interactive for b in queued)
     share = overtaken / (len(queued) * len(interactive))
@@ -135,12 +130,11 @@ async def _requests(gateway: UvicornThread) -> tuple[float, list[Timed], list[Ti
     when those were sent, and the waiting batch requests and the interactive ones as they
     ended. One client on one event loop: a thread per stream starved the gateway, in this
     process, of the GIL."""
-    firsts: dict[int, float] = {}
     async with async_sdk_client(gateway) as client:
         # Warm: the client's and the gateway's first requests paused the sends for 1.3 s, so
         # the first three ran alone and ended early, freeing sequences for waiting ones.
         await held(client, BATCH_SEED - 1, 1)
-        await timed(client, "interactive", BATCH_SEED - 2, 1, {})
+        await timed(client, "interactive", BATCH_SEED - 2, 1)
         running, waiting = [], []
         for index in range(BATCH_REQUESTS):
             seed = BATCH_SEED + index
@@ -148,14 +142,12 @@ async def _requests(gateway: UvicornThread) -> tuple[float, list[Timed], list[Ti
                 tokens = FIRST_WAVE_TOKENS if index < MAX_NUM_SEQS // 2 else SECOND_WAVE_TOKENS
                 running.append(asyncio.create_task(held(client, seed, tokens)))
             else:
-                waiting.append(
-                    asyncio.create_task(timed(client, "batch", seed, WAITING_TOKENS, firsts))
-                )
+                waiting.append(asyncio.create_task(timed(client, "batch", seed, WAITING_TOKENS)))
             await asyncio.sleep(0.02)  # arrival order = index order
         await asyncio.sleep(SETTLE_S)  # for the last batch requests to reach the engine
         sent_s = time.perf_counter()
         interactive = [
-            asyncio.create_task(timed(client, "interactive", 600 + i, INTERACTIVE_TOKENS, firsts))
+            asyncio.create_task(timed(client, "interactive", 600 + i, INTERACTIVE_TOKENS))
             for i in range(INTERACTIVE_REQUESTS)
         ]
         await asyncio.gather(*running)
