@@ -299,6 +299,9 @@ def judged_in_page(rows: Rows, slo_class: str) -> int:
     return int(match.group(1))
 
 
+# A loaded machine can slow the healthy simulated engine enough to read as a warning (a dry run
+# of .ci/run saw vllm-a as health-warn once; alone it passes): a rerun, not a looser check.
+@pytest.mark.flaky(reruns=2)
 def test_the_page_shows_the_fleet_live_and_marks_the_broken_endpoint(stack: Stack) -> None:
     chromium()
     with load(stack.url), UvicornThread(with_admin_key(stack.url)) as signed_in:
