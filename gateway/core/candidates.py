@@ -110,4 +110,6 @@ def only_candidates(ranking: Ranking, allowed: set[str]) -> Ranking:
         if snapshot.endpoint_id in allowed and snapshot.endpoint_id not in seen:
             seen.add(snapshot.endpoint_id)
             kept.append(snapshot)
+    if len(kept) == len(ranking.endpoints):
+        return ranking  # the common case: nothing removed (replace() costs microseconds)
     return replace(ranking, endpoints=tuple(kept))

@@ -153,7 +153,7 @@ class MemoryStatsStore:
         line = settlement.usage
         cost = line.cost_pusd if line else 0
         if cost or settlement.budget is not None:  # nothing to spend or watch otherwise
-            self._spend_in(tenant, at, cost, settlement.budget or BudgetQuota(), alerted)
+            self._spend_in(tenant, at, cost, settlement.budget or usage.NO_BUDGET, alerted)
         if line is not None:
             hour = usage.hour_index(at)
             usage.add_fields(self._usage.setdefault((tenant, hour), {}), line.fields().items())

@@ -11,7 +11,7 @@ from gateway.state import keys, usage, window
 from gateway.state.breaker import BreakerState
 from gateway.state.keys import KeySpace
 from gateway.state.store import Alerted, EndpointStats
-from gateway.state.usage import BudgetQuota, Settlement
+from gateway.state.usage import NO_BUDGET, Settlement
 
 NO_LIMIT = -1
 
@@ -38,7 +38,7 @@ def settle_call(
         keyspace.budget_alert(tenant, "m", month),
         keyspace.usage(tenant, usage.hour_index(at)),
     ]
-    budget = settlement.budget or BudgetQuota()
+    budget = settlement.budget or NO_BUDGET
     line = settlement.usage
     args: list[str | int | float] = [
         NO_LIMIT if settlement.token_slot is None else settlement.token_slot,

@@ -45,6 +45,9 @@ class BudgetQuota(NamedTuple):
         return math.ceil(limit * self.soft_fraction)
 
 
+NO_BUDGET = BudgetQuota()  # a tenant without one: its spend is kept, nothing is watched
+
+
 class UsageLine(NamedTuple):
     """What one request used, under the group it is accounted to."""
 
@@ -58,7 +61,7 @@ class UsageLine(NamedTuple):
 
     def fields(self) -> dict[str, int]:
         """The usage-bucket increments: field name -> amount."""
-        group = _SEP.join((self.slo_class, self.model, self.endpoint))
+        names = field_names(self.slo_class, self.model, self.endpoint)
         amounts = (
             1,
             self.prompt_tokens,
@@ -66,7 +69,7 @@ class UsageLine(NamedTuple):
             self.completion_tokens,
             self.cost_pusd,
         )
-        return {f"{group}{_SEP}{metric}": n for metric, n in zip(METRICS, amounts, strict=True)}
+        return dict(zip(names, amounts, strict=True))
 
 
 @lru_cache(maxsize=4096)
