@@ -51,21 +51,22 @@ async def prefill(store: StatsStore, now: float) -> None:
 
 
 async def full_read_request(store: StatsStore, i: int) -> None:
-    """Per request: lease, a full read of every candidate, the observation, release."""
-    now = time.time()
-    await store.acquire(ENDPOINTS[i % 4], f"bench-{i}", ttl_s=300, now=now)
-    await store.read(ENDPOINTS, now=now)
-    await store.observe(ENDPOINTS[i % 4], sample(now, i))
-    await store.release(ENDPOINTS[i % 4], f"bench-{i}", now=now)
+    """Per request: a full read of every candidate."""
+    await _request(store, i, lambda now: store.read(ENDPOINTS, now=now))
 
 
 async def snapshot_request(store: StatsStore, i: int) -> None:
     """Per request with estimates from a background snapshot: only in-flight counts are read."""
-    now = time.time()
-    await store.acquire(ENDPOINTS[i % 4], f"bench-{i}", ttl_s=300, now=now)
-    await store.read_in_flight(ENDPOINTS, now=now)
-    await store.observe(ENDPOINTS[i % 4], sample(now, i))
-    await store.release(ENDPOINTS[i % 4], f"bench-{i}", now=now)
+    await _request(store, i, lambda now: store.read_in_flight(ENDPOINTS, now=now))
+
+
+async def _request(store: StatsStore, i: int, read: Callable[[float], Awaitable[object]]) -> None:
+    """One request's store calls: lease, the read, the observation, release."""
+    endpoint, request_id, now = ENDPOINTS[i % 4], f"bench-{i}", time.time()
+    await store.acquire(endpoint, request_id, ttl_s=300, now=now)
+    await read(now)
+    await store.observe(endpoint, sample(now, i))
+    await store.release(endpoint, request_id, now=now)
 
 
 async def full_read(store: StatsStore, i: int) -> None:

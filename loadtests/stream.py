@@ -76,7 +76,7 @@ def read_stream(
 ) -> StreamResult:
     """Consume SSE lines until the end event (or an error event, or the end of the stream)."""
     first_s = last_s = None
-    events = 0
+    events, done = 0, False
     usage: dict[str, Any] = {}
     for line in lines:
         if not line.startswith(b"data:"):
@@ -91,22 +91,17 @@ def read_stream(
             first_s = first_s if first_s is not None else last_s
             events += 1
         if ends:
-            return StreamResult(
-                first_s,
-                last_s,
-                events,
-                _int(usage, "completion_tokens"),
-                _int(usage, "prompt_tokens"),
-                done=True,
-                cached_tokens=_cached(usage),
-            )
+            done = True
+            break
     return StreamResult(
         first_s,
         last_s,
         events,
         _int(usage, "completion_tokens"),
         _int(usage, "prompt_tokens"),
-        error="stream ended without [DONE]",
+        done=done,
+        error=None if done else "stream ended without [DONE]",
+        cached_tokens=_cached(usage) if done else 0,
     )
 
 

@@ -20,7 +20,7 @@ from typing import cast
 
 import httptools
 
-from benchmarks.relay.backend import TOKEN
+from benchmarks.relay.backend import PUBLIC_MODEL, TOKEN
 
 MAX_IN_FLIGHT = 512  # open loop: beyond this a request is counted dropped, not sent
 DRAIN_S = 5.0  # open loop: how long stragglers may finish after the sending window
@@ -43,6 +43,20 @@ class Tally:
     timeouts: int = 0
     wall_s: float = 0.0
     scheduled: int = 0
+
+
+def chat_request(prompt: str, *, max_tokens: int, stream: bool) -> dict[str, object]:
+    """The chat completion the relay benchmarks send: the public model, a short system prompt."""
+    return {
+        "model": PUBLIC_MODEL,
+        "messages": [
+            {"role": "system", "content": "You are a concise assistant."},
+            {"role": "user", "content": prompt},
+        ],
+        "max_tokens": max_tokens,
+        "temperature": 0.2,
+        "stream": stream,
+    }
 
 
 def request_bytes(host: str, port: int, path: str, body: dict[str, object], key: str) -> bytes:

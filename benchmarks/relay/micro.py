@@ -14,23 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.relay.backend import stream_frames
+from benchmarks.relay.load import chat_request
 
 ROUNDS = 5
 
 
 def chat_body(words: int) -> bytes:
     prompt = " ".join(f"word{i % 97}" for i in range(words))
-    body = {
-        "model": "bench-model",
-        "messages": [
-            {"role": "system", "content": "You are a concise assistant."},
-            {"role": "user", "content": prompt},
-        ],
-        "max_tokens": 256,
-        "temperature": 0.2,
-        "stream": True,
-    }
-    return json.dumps(body).encode()
+    return json.dumps(chat_request(prompt, max_tokens=256, stream=True)).encode()
 
 
 def _rewrite_json(raw: bytes) -> bytes:

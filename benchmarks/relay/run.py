@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.relay import litellm_proxy
-from benchmarks.relay.backend import KEY_PREFIX, PUBLIC_MODEL, TENANT_KEY, UPSTREAM_MODEL
-from benchmarks.relay.load import Target, request_bytes
+from benchmarks.relay.backend import KEY_PREFIX, TENANT_KEY, UPSTREAM_MODEL
+from benchmarks.relay.load import Target, chat_request, request_bytes
 from benchmarks.relay.phases import PHASES, Phase, measure
 from benchmarks.relay.procs import Running, free_port, rss_mb, self_cpu_s, start, wait_ready
 from benchmarks.relay.systems import (
@@ -75,16 +75,7 @@ class Fleet:
 
 
 def body(stream: bool) -> dict[str, object]:
-    return {
-        "model": PUBLIC_MODEL,
-        "messages": [
-            {"role": "system", "content": "You are a concise assistant."},
-            {"role": "user", "content": PROMPT},
-        ],
-        "max_tokens": 64,
-        "temperature": 0.2,
-        "stream": stream,
-    }
+    return chat_request(PROMPT, max_tokens=64, stream=stream)
 
 
 def make_target(name: str, port: int) -> Target:

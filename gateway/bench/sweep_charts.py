@@ -21,6 +21,7 @@ from gateway.bench.sweep_report import LevelSummary, Percentiles, Slo
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 METRICS = ("TTFT", "TPOT")
 
@@ -96,10 +97,7 @@ def _target_ms(slo: Slo | None, metric: str) -> float | None:
 def draw_latency_chart(
     summaries: Sequence[LevelSummary], path: Path, slo: Slo | None = None
 ) -> list[str]:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 4.5), layout="constrained")
-    axes = dict(zip(METRICS, fig.subplots(1, 2), strict=True))
+    fig, axes = _two_panels()
     colours = _colours(summaries)
     drawn = latency_series(summaries)
     for s in drawn:
@@ -114,18 +112,13 @@ def draw_latency_chart(
         _finish(ax, drawn, metric, _target_ms(slo, metric), xlabel="concurrent requests")
         ax.set_xscale("log", base=2)
         ax.set_xticks(concurrency, [str(c) for c in concurrency])
-    fig.suptitle("Latency vs concurrency (p50 solid, p95 dashed)")
-    fig.savefig(path, dpi=100)
-    return [line.get_label() for ax in axes.values() for line in ax.get_lines()]
+    return _save(fig, axes, "Latency vs concurrency (p50 solid, p95 dashed)", path)
 
 
 def draw_throughput_chart(
     summaries: Sequence[LevelSummary], path: Path, slo: Slo | None = None
 ) -> list[str]:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 4.5), layout="constrained")
-    axes = dict(zip(METRICS, fig.subplots(1, 2), strict=True))
+    fig, axes = _two_panels()
     colours = _colours(summaries)
     drawn = throughput_series(summaries)
     for s in drawn:
@@ -135,9 +128,22 @@ def draw_throughput_chart(
             ax.annotate(f"c={c}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     for metric, ax in axes.items():
         _finish(ax, drawn, metric, _target_ms(slo, metric), xlabel="aggregate output tokens/s")
-    fig.suptitle("p95 latency vs throughput (points labelled with concurrency)")
+    return _save(fig, axes, "p95 latency vs throughput (points labelled with concurrency)", path)
+
+
+def _two_panels() -> tuple[Figure, dict[str, Axes]]:
+    """A figure with one panel per metric, side by side."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    return fig, dict(zip(METRICS, fig.subplots(1, 2), strict=True))
+
+
+def _save(fig: Figure, axes: dict[str, Axes], title: str, path: Path) -> list[str]:
+    """Title and write the figure; the labels of the lines it holds."""
+    fig.suptitle(title)
     fig.savefig(path, dpi=100)
-    return [line.get_label() for ax in axes.values() for line in ax.get_lines()]
+    return [str(line.get_label()) for ax in axes.values() for line in ax.get_lines()]
 
 
 def _colours(summaries: Sequence[LevelSummary]) -> dict[int, str]:

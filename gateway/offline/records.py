@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from operator import attrgetter
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 Outcome = Literal["ok", "shed", "error"]
 SHED_STATUSES = (429, 503)
@@ -73,17 +73,13 @@ def unserved(
     e2e_s: float | None = None,
 ) -> LoadRecord:
     """A request that got no answer: refused on purpose by the gateway (`shed`), or failed."""
-    return LoadRecord(
-        request_id=request_id,
-        tenant=planned.tenant,
-        slo_class=planned.slo_class,
-        arrival_s=planned.arrival_s,
-        start_s=planned.arrival_s,
+    return _record(
+        request_id,
+        planned,
         status=status,
         outcome=classify(status, reason if shed else None, completed=False),
         reason=reason,
         attempts=attempts,
-        prompt_tokens=planned.prompt_tokens,
         e2e_s=e2e_s,
     )
 
@@ -99,23 +95,31 @@ def served(
 ) -> LoadRecord:
     """A request the simulator served: `flight` = (endpoint, attempts, output tokens)."""
     endpoint, attempts, tokens = flight
+    return _record(
+        request_id,
+        planned,
+        status=200,
+        outcome="ok",
+        endpoint=endpoint,
+        attempts=attempts,
+        output_tokens=tokens,
+        ttft_s=first_s - planned.arrival_s,
+        tpot_s=tpot_s,
+        e2e_s=now_s - planned.arrival_s,
+        cached_tokens=cached_tokens or 0,
+    )
+
+
+def _record(request_id: str, planned: Planned, **result: Any) -> LoadRecord:
+    """A record of `planned` with its `result` fields, started when it arrived."""
     return LoadRecord(
         request_id=request_id,
         tenant=planned.tenant,
         slo_class=planned.slo_class,
         arrival_s=planned.arrival_s,
         start_s=planned.arrival_s,
-        status=200,
-        outcome="ok",
-        reason="",
-        endpoint=endpoint,
-        attempts=attempts,
         prompt_tokens=planned.prompt_tokens,
-        output_tokens=tokens,
-        ttft_s=first_s - planned.arrival_s,
-        tpot_s=tpot_s,
-        e2e_s=now_s - planned.arrival_s,
-        cached_tokens=cached_tokens or 0,
+        **result,
     )
 
 

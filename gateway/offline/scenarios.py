@@ -87,20 +87,29 @@ def standard_fleet(max_num_seqs: int = 64, provider_limit: int = 16) -> dict[str
     }
 
 
+# Each class's prompt and answer lengths, so a scenario names only who sends how much.
+_LENGTHS: dict[str, tuple[LengthSpec, LengthSpec]] = {
+    "interactive": (CHAT_PROMPT, CHAT_OUTPUT),
+    "rag": (RAG_PROMPT, RAG_OUTPUT),
+    "batch": (CHAT_PROMPT, BATCH_OUTPUT),
+}
+
+
+def _traffic(slo_class: str, shape: RateShape, tenant: str) -> Traffic:
+    prompt, output = _LENGTHS[slo_class]
+    return Traffic(tenant=tenant, slo_class=slo_class, shape=shape, prompt=prompt, output=output)
+
+
 def _chat(rate: float, end_s: float, tenant: str = "app", start_s: float = 0.0) -> Traffic:
-    return Traffic(
-        tenant=tenant,
-        slo_class="interactive",
-        shape=RateShape.constant(rate, start_s, end_s),
-        prompt=CHAT_PROMPT,
-        output=CHAT_OUTPUT,
-    )
+    return _traffic("interactive", RateShape.constant(rate, start_s, end_s), tenant)
+
+
+def _rag(rate: float, end_s: float, tenant: str) -> Traffic:
+    return _traffic("rag", RateShape.constant(rate, 0, end_s), tenant)
 
 
 def _batch(shape: RateShape, tenant: str = "jobs") -> Traffic:
-    return Traffic(
-        tenant=tenant, slo_class="batch", shape=shape, prompt=CHAT_PROMPT, output=BATCH_OUTPUT
-    )
+    return _traffic("batch", shape, tenant)
 
 
 def _check(
@@ -125,20 +134,13 @@ def chat() -> Scenario:
 
 
 def rag() -> Scenario:
-    traffic = Traffic(
-        tenant="search",
-        slo_class="rag",
-        shape=RateShape.constant(1.5, 0, 20),
-        prompt=RAG_PROMPT,
-        output=RAG_OUTPUT,
-    )
     return Scenario(
         name="rag",
         description="Long-prompt RAG (Mooncake-shaped prompts up to 6k tokens) at 1.5 req/s.",
         duration_s=20,
         classes=CLASSES,
         tenants=_tenants(search=["rag"]),
-        traffic=[traffic],
+        traffic=[_rag(1.5, 20, "search")],
         **standard_fleet(),
         checks=[_check("attainment", ">=", 0.8, "rag"), _check("error_rate", "<=", 0.01)],
     )
@@ -199,16 +201,13 @@ def multi_tenant() -> Scenario:
 
 def spike() -> Scenario:
     shape = RateShape.spike(base=2.0, peak=8.0, at_s=8.0, length_s=4.0, end_s=24.0)
-    traffic = Traffic(
-        tenant="app", slo_class="interactive", shape=shape, prompt=CHAT_PROMPT, output=CHAT_OUTPUT
-    )
     return Scenario(
         name="spike",
         description="Chat at 2 req/s with a 4x spike from 8 s to 12 s.",
         duration_s=24,
         classes=CLASSES,
         tenants=_tenants(app=["interactive"]),
-        traffic=[traffic],
+        traffic=[_traffic("interactive", shape, "app")],
         **standard_fleet(),
         admission=AdmissionParams(),
         recovery_from_s=12.0,
@@ -281,13 +280,6 @@ def kv_ramp() -> Scenario:
 
 
 def smoke() -> Scenario:
-    rag_traffic = Traffic(
-        tenant="app",
-        slo_class="rag",
-        shape=RateShape.constant(0.5, 0, 12),
-        prompt=RAG_PROMPT,
-        output=RAG_OUTPUT,
-    )
     return Scenario(
         name="smoke",
         description="CI smoke: 12 s of chat (2 req/s) and RAG (0.5 req/s); generous thresholds.",
@@ -295,7 +287,7 @@ def smoke() -> Scenario:
         drain_s=15,
         classes=CLASSES,
         tenants=_tenants(app=["interactive", "rag"]),
-        traffic=[_chat(2.0, 12), rag_traffic],
+        traffic=[_chat(2.0, 12), _rag(0.5, 12, "app")],
         **standard_fleet(),
         max_users=24,
         checks=[
@@ -312,13 +304,6 @@ def fleet20() -> Scenario:
         for i in range(16)
     ]
     providers = [_provider(f"provider-{i}", 0.15 + 0.1 * i, 0.2, 0.6, limit=32) for i in range(4)]
-    chat_traffic = Traffic(
-        tenant="app",
-        slo_class="interactive",
-        shape=RateShape.constant(70, 0, 1000),
-        prompt=CHAT_PROMPT,
-        output=CHAT_OUTPUT,
-    )
     code = Traffic(
         tenant="ide",
         slo_class="interactive",
@@ -333,7 +318,7 @@ def fleet20() -> Scenario:
         duration_s=1000,
         classes=CLASSES,
         tenants=_tenants(app=["interactive"], ide=["interactive"]),
-        traffic=[chat_traffic, code],
+        traffic=[_chat(70, 1000), code],
         engines=engines,
         providers=providers,
         admission=AdmissionParams(),

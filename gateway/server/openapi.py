@@ -116,13 +116,22 @@ _ERROR_STATUSES = {
     "503": "No endpoint available, or the admission queue deadline passed; see Retry-After.",
     "504": "No endpoint answered within the first-byte timeout.",
 }
-_SLO_CLASS = {
-    "name": "x-slo-class",
-    "in": "header",
-    "required": False,
-    "description": "An SLO class the API key's tenant may use (else its default class).",
-    "schema": {"type": "string"},
-}
+
+
+def _optional_header(name: str, description: str) -> dict[str, Any]:
+    """An OpenAPI parameter: a string header the client may send."""
+    return {
+        "name": name,
+        "in": "header",
+        "required": False,
+        "description": description,
+        "schema": {"type": "string"},
+    }
+
+
+_SLO_CLASS = _optional_header(
+    "x-slo-class", "An SLO class the API key's tenant may use (else its default class)."
+)
 
 
 ANTHROPIC_ERROR: dict[str, Any] = {
@@ -138,13 +147,7 @@ ANTHROPIC_ERROR: dict[str, Any] = {
         "request_id": {"type": ["string", "null"]},
     },
 }
-_API_KEY = {
-    "name": "x-api-key",
-    "in": "header",
-    "required": False,
-    "description": "The API key (or send it as Authorization: Bearer).",
-    "schema": {"type": "string"},
-}
+_API_KEY = _optional_header("x-api-key", "The API key (or send it as Authorization: Bearer).")
 
 
 def error_responses(statuses: dict[str, str], schema: dict[str, Any] = ERROR) -> dict[str, Any]:

@@ -13,7 +13,14 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from gateway.errors import ANTHROPIC_TYPES
-from gateway.sim.wire import CompletionRequest, InvalidBody, PromptDetails, prompt_text, token_text
+from gateway.sim.wire import (
+    CompletionRequest,
+    InvalidBody,
+    PromptDetails,
+    prompt_text,
+    request_object,
+    token_text,
+)
 from gateway.sim.wire_text import event_frame, text_tokens
 
 
@@ -37,11 +44,7 @@ def _text(content: Any) -> str:
 
 
 def parse_message_request(body: Any) -> tuple[CompletionRequest, MessagesWriter]:
-    if not isinstance(body, dict):
-        raise InvalidBody("the request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidBody("model: Field required")
+    body, model = request_object(body, "model: Field required")
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidBody("max_tokens: a positive integer is required")

@@ -18,7 +18,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.sim.wire import CompletionRequest, InvalidBody, PromptDetails, prompt_text, token_text
+from gateway.sim.wire import (
+    CompletionRequest,
+    InvalidBody,
+    PromptDetails,
+    optional_positive,
+    prompt_text,
+    request_object,
+    token_text,
+)
 from gateway.sim.wire_text import event_frame, text_tokens
 
 
@@ -48,14 +56,8 @@ class ResponseStore:
 def parse_response_request(
     body: Any, store: ResponseStore, *, default_max_tokens: int
 ) -> tuple[CompletionRequest, ResponsesWriter]:
-    if not isinstance(body, dict):
-        raise InvalidBody("the request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidBody("'model' is required")
-    max_tokens = body.get("max_output_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise InvalidBody("'max_output_tokens' must be a positive integer")
+    body, model = request_object(body)
+    max_tokens = optional_positive(body.get("max_output_tokens"), "max_output_tokens")
     items = _input_items(body.get("input"))
     parent_id = body.get("previous_response_id")
     parent = store.get(parent_id) if isinstance(parent_id, str) else None

@@ -75,15 +75,30 @@ def error_body(
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
-def parse_completion(body: Any, kind: Kind, *, default_max_tokens: int) -> CompletionRequest:
+def request_object(
+    body: Any, missing_model: str = "'model' is required"
+) -> tuple[dict[str, Any], str]:
+    """The body as a JSON object, and its model; `missing_model` is the API's own wording."""
     if not isinstance(body, dict):
         raise InvalidBody("the request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        raise InvalidBody("'model' is required")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise InvalidBody("'max_tokens' must be a positive integer")
+        raise InvalidBody(missing_model)
+    return body, model
+
+
+def optional_positive(value: Any, name: str) -> int | None:
+    """A token limit the client may leave out; a positive integer when given."""
+    if value is not None and (not isinstance(value, int) or value < 1):
+        raise InvalidBody(f"'{name}' must be a positive integer")
+    return value
+
+
+def parse_completion(body: Any, kind: Kind, *, default_max_tokens: int) -> CompletionRequest:
+    body, model = request_object(body)
+    max_tokens = optional_positive(
+        body.get("max_completion_tokens", body.get("max_tokens")), "max_tokens"
+    )
     options = body.get("stream_options") or {}
     salt = body.get("cache_salt")
     return CompletionRequest(
