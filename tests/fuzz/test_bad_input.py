@@ -21,7 +21,7 @@ from tests.fixtures.gateway import (
     endpoint,
     engine,
     fleet_member,
-    running_gateway,
+    one_engine_gateway,
 )
 from tests.fuzz.openai_errors import openai_error
 
@@ -34,10 +34,8 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[str]:
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e", engine_url)], server={"max_body_bytes": MAX_BODY_BYTES})
-        with running_gateway(data) as server:
-            yield server.base_url
+    with one_engine_gateway(server={"max_body_bytes": MAX_BODY_BYTES}) as server:
+        yield server.base_url
 
 
 def as_json(raw: object) -> bytes:

@@ -22,6 +22,8 @@ from tests.fixtures.gateway import (
     endpoint,
     engine,
     fleet_member,
+    gateway_for,
+    one_engine_gateway,
     running_gateway,
 )
 from tests.fixtures.servers import UvicornThread
@@ -32,10 +34,7 @@ HI = [{"role": "user", "content": "Hi"}]
 
 @pytest.fixture(scope="module")
 def gateway_url() -> Iterator[str]:
-    with (
-        fleet_member(engine()) as url,
-        running_gateway(config([endpoint("e1", url)])) as gateway,
-    ):
+    with one_engine_gateway(endpoint_id="e1") as gateway:
         yield gateway.base_url
 
 
@@ -118,10 +117,7 @@ def test_a_529_before_the_first_token_fails_over() -> None:
 
 def test_a_mid_stream_error_event_raises() -> None:
     faults = {"drop_mid_stream": 1.0, "drop_after_tokens": 2}
-    with (
-        fleet_member(engine(faults=faults)) as url,
-        running_gateway(config([endpoint("e", url)])) as gateway,
-    ):
+    with one_engine_gateway(engine(faults=faults)) as gateway:
         received: list[str] = []
         client = sdk(gateway.base_url, "api_key")
         with (
@@ -158,9 +154,14 @@ class Recorder:
 def test_version_and_beta_are_forwarded_and_the_key_replaced(key_header: str) -> None:
     recorder = Recorder()
     with UvicornThread(recorder.app) as upstream:
-        entry = endpoint("hosted", upstream.base_url, kind="openai", api_key_header=key_header)
-        entry |= {"apis": ["messages"], "models": {PUBLIC_MODEL: "claude-upstream"}}
-        with running_gateway(config([entry])) as gateway:
+        options = {
+            "api_key_header": key_header,
+            "apis": ["messages"],
+            "models": {PUBLIC_MODEL: "claude-upstream"},
+        }
+        with gateway_for(
+            upstream.base_url, "hosted", kind="openai", endpoint_options=options
+        ) as gateway:
             answer = httpx.post(
                 gateway.base_url + "/v1/messages?beta=true",
                 json={"model": PUBLIC_MODEL, "max_tokens": 5, "messages": HI},

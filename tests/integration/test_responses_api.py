@@ -20,6 +20,8 @@ from tests.fixtures.gateway import (
     endpoint,
     engine,
     fleet_member,
+    one_engine_config,
+    one_engine_gateway,
     provider,
     running_gateway,
 )
@@ -148,10 +150,7 @@ def test_after_the_owner_restarts_a_continued_turn_is_a_404_not_a_reroute() -> N
 
 def test_a_mid_stream_kill_raises_the_sdks_error() -> None:
     faults = {"drop_mid_stream": 1.0, "drop_after_tokens": 2}
-    with (
-        fleet_member(engine(faults=faults)) as url,
-        running_gateway(config([endpoint("e", url)])) as gateway,
-    ):
+    with one_engine_gateway(engine(faults=faults)) as gateway:
         seen: list[str] = []
         with pytest.raises(openai.APIError) as failed:
             for event in sdk(gateway.base_url).responses.create(
@@ -195,10 +194,9 @@ def test_the_public_model_name_holds_through_a_failover() -> None:
 
 
 def test_only_endpoints_declaring_the_api_serve_it() -> None:
-    with fleet_member(engine()) as url:
-        data = config([endpoint("chat-only", url, apis=["chat"])])
-        with running_gateway(data) as gateway, pytest.raises(openai.NotFoundError) as refused:
-            sdk(gateway.base_url).responses.create(model=PUBLIC_MODEL, input="x")
+    chat_only = one_engine_gateway(endpoint_id="chat-only", endpoint_options={"apis": ["chat"]})
+    with chat_only as gateway, pytest.raises(openai.NotFoundError) as refused:
+        sdk(gateway.base_url).responses.create(model=PUBLIC_MODEL, input="x")
     assert "not served through this API" in refused.value.message
 
 
@@ -210,8 +208,7 @@ def test_models_retrieve_answers_the_public_name(two_engines: str) -> None:
 
 
 def test_the_switch_returns_the_upstream_name() -> None:
-    with fleet_member(engine(default_max_tokens=2)) as url:
-        data = config([endpoint("e", url)])
+    with one_engine_config(engine(default_max_tokens=2)) as data:
         data["server"]["response_model"] = "upstream"
         with running_gateway(data) as gateway:
             client = sdk(gateway.base_url)

@@ -20,6 +20,7 @@ from tests.fixtures.gateway import (
     engine,
     eventually,
     fleet_member,
+    one_engine_gateway,
     running_gateway,
     runtime_of,
 )
@@ -129,19 +130,17 @@ class Ramp:
 
 def test_under_a_kv_pressure_ramp_batch_is_shed_while_interactive_keeps_its_ttft() -> None:
     small = engine(num_gpu_blocks=256, max_model_len=4096, max_num_seqs=32)
-    with fleet_member(small) as engine_url:
-        data = config([endpoint("e1", engine_url)], policy={"name": "least_loaded"})
-        with running_gateway(data) as gateway:
-            ramp = Ramp(gateway.base_url)
-            batch_threads = []
-            for _ in range(24):  # about 700 KV tokens each: the 4096-token pool fills
-                thread = threading.Thread(target=ramp.batch_request, daemon=True)
-                thread.start()
-                batch_threads.append(thread)
-                time.sleep(0.25)
-                ramp.interactive_request()
-            for thread in batch_threads:
-                thread.join(60)
+    with one_engine_gateway(small, "e1", policy={"name": "least_loaded"}) as gateway:
+        ramp = Ramp(gateway.base_url)
+        batch_threads = []
+        for _ in range(24):  # about 700 KV tokens each: the 4096-token pool fills
+            thread = threading.Thread(target=ramp.batch_request, daemon=True)
+            thread.start()
+            batch_threads.append(thread)
+            time.sleep(0.25)
+            ramp.interactive_request()
+        for thread in batch_threads:
+            thread.join(60)
     shed = [reason for status, reason in ramp.batch if status == 429]
     assert shed, ramp.batch
     assert set(shed) <= {"saturated", "reserved_for_higher_priority"}
@@ -161,42 +160,45 @@ def hold_stream(url: str, results: list[int], release: threading.Event) -> None:
         release.wait(30)
 
 
+def hold_slots(url: str, held: list[int], release: threading.Event) -> list[threading.Thread]:
+    """Start two streams that each hold a concurrency slot until `release` (the endpoint's
+    max_concurrency); returns once both hold theirs, each having added its status to `held`."""
+    expected = len(held) + 2
+    holders = [
+        threading.Thread(target=hold_stream, args=(url, held, release), daemon=True)
+        for _ in range(2)
+    ]
+    for thread in holders:
+        thread.start()
+    assert eventually(lambda: len(held) == expected)
+    return holders
+
+
 def test_a_non_sheddable_request_waits_for_capacity_then_misses_nothing() -> None:
     """At the concurrency limit an interactive request queues (not shed) and is dispatched when
     a slot frees; one whose TTFT deadline passes while waiting gets 503 deadline_unreachable."""
-    with fleet_member(engine()) as engine_url:
-        limited = endpoint("e1", engine_url, max_concurrency=2)
-        data = config([limited], admission={"queue_max_wait_s": 3.0})
-        with running_gateway(data) as gateway:
-            url = gateway.base_url + "/v1/chat/completions"
-            held: list[int] = []
-            release = threading.Event()
-            holders = [
-                threading.Thread(target=hold_stream, args=(url, held, release), daemon=True)
-                for _ in range(2)
-            ]
-            for thread in holders:
-                thread.start()
-            assert eventually(lambda: len(held) == 2)
-            threading.Timer(0.5, release.set).start()  # a slot frees after half a second
-            started = time.perf_counter()
-            queued = chat(gateway.base_url, "q")
-            waited_s = time.perf_counter() - started
-            for thread in holders:
-                thread.join(30)
-            release.clear()
-            holders = [
-                threading.Thread(target=hold_stream, args=(url, held, release), daemon=True)
-                for _ in range(2)
-            ]
-            for thread in holders:
-                thread.start()
-            assert eventually(lambda: len(held) == 4)
-            expired = chat(gateway.base_url, "late")
-            batch = httpx.post(
-                url, json=chat_body(max_tokens=4), headers=AUTH | {"x-slo-class": "batch"}
-            )
-            release.set()
+    with one_engine_gateway(
+        endpoint_id="e1",
+        endpoint_options={"max_concurrency": 2},
+        admission={"queue_max_wait_s": 3.0},
+    ) as gateway:
+        url = gateway.base_url + "/v1/chat/completions"
+        held: list[int] = []
+        release = threading.Event()
+        holders = hold_slots(url, held, release)
+        threading.Timer(0.5, release.set).start()  # a slot frees after half a second
+        started = time.perf_counter()
+        queued = chat(gateway.base_url, "q")
+        waited_s = time.perf_counter() - started
+        for thread in holders:
+            thread.join(30)
+        release.clear()
+        hold_slots(url, held, release)
+        expired = chat(gateway.base_url, "late")
+        batch = httpx.post(
+            url, json=chat_body(max_tokens=4), headers=AUTH | {"x-slo-class": "batch"}
+        )
+        release.set()
     assert queued.status_code == 200 and waited_s >= 0.4
     assert expired.status_code == 503
     assert expired.headers["x-slo-gateway-reason"] == "deadline_unreachable"
