@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.clients import AUTH, chat_url, eventually
+from tests.faults.clients import AUTH, chat_url
 from tests.faults.shared_state import live_leases, redis_gateway, tenant_leases
 from tests.fixtures.gateway import (
     TENANT_KEY,
@@ -24,6 +24,7 @@ from tests.fixtures.gateway import (
     counter_sum,
     endpoint,
     engine,
+    eventually,
     fleet_member,
     request_lines,
     set_faults,

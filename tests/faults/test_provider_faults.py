@@ -12,12 +12,14 @@ import itertools
 
 import pytest
 
-from tests.faults.clients import Load, eventually
+from tests.faults.clients import Load
 from tests.faults.upstreams import Answer, ScriptedUpstream, Seen, serving
 from tests.fixtures.gateway import (
     config,
     endpoint,
     engine,
+    eventually,
+    fleet_gateway,
     fleet_member,
     provider,
     running_gateway,
@@ -38,15 +40,12 @@ def storm(seen: Seen) -> Answer:
 
 
 def test_5xx_burst_fails_over_and_the_breaker_bounds_upstream_attempts() -> None:
-    with (
-        fleet_member(provider(faults={"error_rate": 1.0})) as bursting,
-        fleet_member(engine()) as good,
-    ):
-        endpoints = [endpoint("a-provider", bursting, kind="openai"), endpoint("b-good", good)]
-        with running_gateway(config(endpoints, state=BREAKER)) as gateway:
-            with Load(gateway.base_url, threads=3) as load:
-                assert eventually(lambda: len(load.results) >= 40, 20)
-            attempts = sim_stats(bursting)["requests_received"]
+    bursting = provider(faults={"error_rate": 1.0})
+    members = {"a-provider": bursting, "b-good": engine()}
+    with fleet_gateway(members, state=BREAKER) as (gateway, urls):
+        with Load(gateway.base_url, threads=3) as load:
+            assert eventually(lambda: len(load.results) >= 40, 20)
+        attempts = sim_stats(urls["a-provider"])["requests_received"]
     assert load.failures() == []
     assert max(r.attempts for r in load.results) <= 2
     # 3 consecutive failures open the breaker; requests already routed may still land (3 threads).
@@ -102,14 +101,10 @@ def _bursts(hits: list[float], gap_s: float) -> list[list[float]]:
 
 
 def test_a_provider_out_of_quota_is_failed_over_and_left_alone() -> None:
-    with (
-        fleet_member(provider(faults={"insufficient_quota": True})) as broke,
-        fleet_member(engine()) as good,
-    ):
-        endpoints = [endpoint("a-broke", broke, kind="openai"), endpoint("b-good", good)]
-        with running_gateway(config(endpoints, state=BREAKER)) as gateway:
-            results = [Load(gateway.base_url).one() for _ in range(6)]
-            attempts = sim_stats(broke)["requests_received"]
+    members = {"a-broke": provider(faults={"insufficient_quota": True}), "b-good": engine()}
+    with fleet_gateway(members, state=BREAKER) as (gateway, urls):
+        results = [Load(gateway.base_url).one() for _ in range(6)]
+        attempts = sim_stats(urls["a-broke"])["requests_received"]
     assert [r.status for r in results] == [200] * 6
     assert {r.endpoint for r in results} == {"b-good"}
     assert attempts == 1  # then out of rotation until its quota could have been topped up

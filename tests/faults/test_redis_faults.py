@@ -10,10 +10,17 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.faults.clients import Load, eventually
+from tests.faults.clients import Load
 from tests.faults.latency_proxy import LatencyProxy, delayed
 from tests.faults.shared_state import live_leases, redis_gateway, tenant_leases
-from tests.fixtures.gateway import admin_endpoints, config, endpoint, engine, fleet_member
+from tests.fixtures.gateway import (
+    admin_endpoints,
+    config,
+    endpoint,
+    engine,
+    eventually,
+    fleet_member,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis, pytest.mark.slow]
 REDIS_TIMEOUT_S = 0.1

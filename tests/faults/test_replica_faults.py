@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.clients import Load, Stream, eventually
+from tests.faults.clients import Load, Stream
 from tests.faults.shared_state import live_leases
 from tests.fixtures.gateway import (
     GatewayProcess,
@@ -18,6 +18,7 @@ from tests.fixtures.gateway import (
     config,
     endpoint,
     engine,
+    eventually,
     fleet_member,
 )
 

@@ -18,14 +18,15 @@ from tests.faults.upstreams import ScriptedUpstream, echo_secrets, serving
 from tests.fixtures.gateway import (
     OTHER_TENANT_KEY,
     TENANT_KEY,
-    GatewayProcess,
     chat_body,
     config,
     counter_sum,
     endpoint,
     engine,
     fleet_member,
+    one_engine_config,
     running_gateway,
+    two_replicas,
 )
 from tests.fixtures.servers import free_port
 
@@ -94,13 +95,11 @@ def test_every_api_request_is_counted_once_with_its_outcome() -> None:
 def test_a_burst_on_two_replicas_gets_exactly_the_limit_and_both_count_it(
     redis_url: str, key_prefix: str, tmp_path: Path
 ) -> None:
-    env = {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_REDIS_PREFIX": key_prefix}
-    with fleet_member(engine()) as engine_url:
-        # A generous Redis timeout: on a loaded machine a slow answer would send a replica to
-        # its own memory (by design), and the limit would then hold per replica, not in total.
-        state = {"redis_timeout_s": 2.0}
-        data = limited(config([endpoint("e1", engine_url)], state=state), requests_per_min=5)
-        with GatewayProcess(data, tmp_path, **env) as a, GatewayProcess(data, tmp_path, **env) as b:
+    # A generous Redis timeout: on a loaded machine a slow answer would send a replica to
+    # its own memory (by design), and the limit would then hold per replica, not in total.
+    with one_engine_config(endpoint_id="e1", state={"redis_timeout_s": 2.0}) as data:
+        limited(data, requests_per_min=5)
+        with two_replicas(data, tmp_path, redis_url, key_prefix) as (a, b):
             urls = [g.base_url + "/v1/chat/completions" for g in (a, b) for _ in range(8)]
             with ThreadPoolExecutor(16) as pool:
                 statuses = list(

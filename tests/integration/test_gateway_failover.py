@@ -21,6 +21,7 @@ from tests.fixtures.gateway import (
     endpoint,
     engine,
     eventually,
+    fleet_gateway,
     fleet_member,
     gateway_over,
     provider,
@@ -54,14 +55,10 @@ def test_fails_over_when_an_endpoint_refuses_connections() -> None:
 
 
 def test_fails_over_on_503_and_counts_the_attempt() -> None:
-    with (
-        fleet_member(engine(faults={"status_code": 503})) as broken,
-        fleet_member(engine()) as good,
-    ):
-        endpoints = [endpoint("a-broken", broken), endpoint("b-good", good)]
-        with running_gateway(config(endpoints)) as gateway:
-            response = post_chat(gateway.base_url, stream=True)
-            metrics = httpx.get(gateway.base_url + "/metrics").text
+    broken = engine(faults={"status_code": 503})
+    with fleet_gateway({"a-broken": broken, "b-good": engine()}) as (gateway, _):
+        response = post_chat(gateway.base_url, stream=True)
+        metrics = httpx.get(gateway.base_url + "/metrics").text
     assert response.status_code == 200
     assert response.headers["x-slo-gateway-endpoint"] == "b-good"
     assert "data: [DONE]" in response.text
@@ -69,27 +66,21 @@ def test_fails_over_on_503_and_counts_the_attempt() -> None:
 
 
 def test_fails_over_when_an_endpoint_hangs_past_the_first_byte_timeout() -> None:
-    with fleet_member(engine(faults={"hang": True})) as hung, fleet_member(engine()) as good:
-        endpoints = [endpoint("a-hung", hung), endpoint("b-good", good)]
-        data = config(endpoints, server={"first_byte_timeout_s": 0.5})
-        with running_gateway(data) as gateway:
-            started = time.perf_counter()
-            response = post_chat(gateway.base_url, stream=True)
-            elapsed = time.perf_counter() - started
+    members = {"a-hung": engine(faults={"hang": True}), "b-good": engine()}
+    with fleet_gateway(members, server={"first_byte_timeout_s": 0.5}) as (gateway, _):
+        started = time.perf_counter()
+        response = post_chat(gateway.base_url, stream=True)
+        elapsed = time.perf_counter() - started
     assert response.status_code == 200
     assert response.headers["x-slo-gateway-endpoint"] == "b-good"
     assert 0.5 <= elapsed < 10
 
 
 def test_provider_429_fails_over_to_the_next_endpoint() -> None:
-    with (
-        fleet_member(provider(faults={"status_code": 429})) as limited,
-        fleet_member(engine()) as good,
-    ):
-        endpoints = [endpoint("a-limited", limited, kind="openai"), endpoint("b-good", good)]
-        with running_gateway(config(endpoints)) as gateway:
-            response = post_chat(gateway.base_url)
-            ready = httpx.get(gateway.base_url + "/readyz").json()
+    limited = provider(faults={"status_code": 429})
+    with fleet_gateway({"a-limited": limited, "b-good": engine()}) as (gateway, _):
+        response = post_chat(gateway.base_url)
+        ready = httpx.get(gateway.base_url + "/readyz").json()
     assert response.status_code == 200
     assert response.headers["x-slo-gateway-endpoint"] == "b-good"
     assert ready["endpoints"]["b-good"] == "available"

@@ -18,13 +18,10 @@ from tests.fixtures.gateway import (
     PROVIDER_KEY,
     PUBLIC_MODEL,
     TENANT_KEY,
-    config,
-    endpoint,
     engine,
-    fleet_member,
+    fleet_gateway,
     gateway_for,
     one_engine_gateway,
-    running_gateway,
 )
 from tests.fixtures.servers import UvicornThread
 
@@ -95,23 +92,19 @@ def test_models_in_anthropics_shape_with_paging_fields(gateway_url: str) -> None
 
 
 def test_a_529_before_the_first_token_fails_over() -> None:
-    with (
-        fleet_member(engine(faults={"status_code": 529})) as overloaded,
-        fleet_member(engine()) as healthy,
-    ):
-        data = config([endpoint("overloaded", overloaded), endpoint("healthy", healthy)])
-        with running_gateway(data) as gateway:
-            client = sdk(gateway.base_url, "api_key")
-            attempts = []
-            for _ in range(2):  # round robin: one of them starts at the overloaded endpoint
-                raw = client.messages.with_raw_response.create(
-                    model=PUBLIC_MODEL, max_tokens=3, messages=HI
-                )
-                assert raw.headers["x-slo-gateway-endpoint"] == "healthy"
-                attempts.append(raw.headers["x-slo-gateway-attempts"])
-                with client.messages.stream(model=PUBLIC_MODEL, max_tokens=3, messages=HI) as s:
-                    assert "".join(s.text_stream) == "The quick brown"
-                    attempts.append(s.response.headers["x-slo-gateway-attempts"])
+    overloaded = engine(faults={"status_code": 529})
+    with fleet_gateway({"overloaded": overloaded, "healthy": engine()}) as (gateway, _):
+        client = sdk(gateway.base_url, "api_key")
+        attempts = []
+        for _ in range(2):  # round robin: one of them starts at the overloaded endpoint
+            raw = client.messages.with_raw_response.create(
+                model=PUBLIC_MODEL, max_tokens=3, messages=HI
+            )
+            assert raw.headers["x-slo-gateway-endpoint"] == "healthy"
+            attempts.append(raw.headers["x-slo-gateway-attempts"])
+            with client.messages.stream(model=PUBLIC_MODEL, max_tokens=3, messages=HI) as s:
+                assert "".join(s.text_stream) == "The quick brown"
+                attempts.append(s.response.headers["x-slo-gateway-attempts"])
     assert sorted(attempts) == ["1", "1", "2", "2"]
 
 

@@ -19,6 +19,7 @@ from tests.fixtures.gateway import (
     config,
     endpoint,
     engine,
+    fleet_gateway,
     fleet_member,
     one_engine_config,
     one_engine_gateway,
@@ -37,11 +38,8 @@ def sdk(gateway_url: str) -> openai.OpenAI:
 @pytest.fixture(scope="module")
 def two_engines() -> Iterator[str]:
     """Two simulated engines behind one round-robin gateway: its URL."""
-    with (
-        fleet_member(engine(default_max_tokens=6)) as one,
-        fleet_member(engine(default_max_tokens=6)) as two,
-        running_gateway(config([endpoint("e1", one), endpoint("e2", two)])) as gateway,
-    ):
+    members = {"e1": engine(default_max_tokens=6), "e2": engine(default_max_tokens=6)}
+    with fleet_gateway(members) as (gateway, _):
         yield gateway.base_url
 
 
@@ -168,29 +166,26 @@ def test_a_mid_stream_kill_raises_the_sdks_error() -> None:
 
 
 def test_the_public_model_name_holds_through_a_failover() -> None:
-    with (
-        fleet_member(engine(faults={"status_code": 503})) as broken,
-        fleet_member(provider(default_max_tokens=3)) as hosted,
+    broken = engine(faults={"status_code": 503})
+    with fleet_gateway({"broken": broken, "hosted": provider(default_max_tokens=3)}) as (
+        gateway,
+        _,
     ):
-        data = config([endpoint("broken", broken), endpoint("hosted", hosted, kind="openai")])
-        with running_gateway(data) as gateway:
-            client = sdk(gateway.base_url)
-            for _ in range(2):  # round robin: one of the two starts at the broken endpoint
-                raw = client.responses.with_raw_response.create(model=PUBLIC_MODEL, input="x")
-                assert raw.parse().model == PUBLIC_MODEL
-                assert raw.headers["x-slo-gateway-upstream-model"] == PROVIDER_MODEL
-                events = list(client.responses.create(model=PUBLIC_MODEL, input="x", stream=True))
-                assert {e.response.model for e in events if hasattr(e, "response")} == {
-                    PUBLIC_MODEL
-                }
-                chunks = list(
-                    client.chat.completions.create(
-                        model=PUBLIC_MODEL,
-                        messages=[{"role": "user", "content": "x"}],
-                        stream=True,
-                    )
+        client = sdk(gateway.base_url)
+        for _ in range(2):  # round robin: one of the two starts at the broken endpoint
+            raw = client.responses.with_raw_response.create(model=PUBLIC_MODEL, input="x")
+            assert raw.parse().model == PUBLIC_MODEL
+            assert raw.headers["x-slo-gateway-upstream-model"] == PROVIDER_MODEL
+            events = list(client.responses.create(model=PUBLIC_MODEL, input="x", stream=True))
+            assert {e.response.model for e in events if hasattr(e, "response")} == {PUBLIC_MODEL}
+            chunks = list(
+                client.chat.completions.create(
+                    model=PUBLIC_MODEL,
+                    messages=[{"role": "user", "content": "x"}],
+                    stream=True,
                 )
-                assert {chunk.model for chunk in chunks} == {PUBLIC_MODEL}
+            )
+            assert {chunk.model for chunk in chunks} == {PUBLIC_MODEL}
 
 
 def test_only_endpoints_declaring_the_api_serve_it() -> None:

@@ -19,6 +19,7 @@ from tests.fixtures.gateway import (
     endpoint,
     engine,
     eventually,
+    fleet_gateway,
     fleet_member,
     one_engine_gateway,
     running_gateway,
@@ -50,22 +51,16 @@ def flood(root_url: str, count: int, max_tokens: int) -> list[threading.Thread]:
 
 
 def test_interactive_requests_avoid_an_engine_whose_queue_is_long() -> None:
-    with (
-        fleet_member(engine(max_num_seqs=2)) as busy,
-        fleet_member(engine()) as idle,
-    ):
-        data = config([endpoint("busy", busy), endpoint("idle", idle)], policy=SLO_AWARE)
-        with running_gateway(data) as gateway:
-            flood(busy, count=12, max_tokens=300)
+    members = {"busy": engine(max_num_seqs=2), "idle": engine()}
+    with fleet_gateway(members, policy=SLO_AWARE) as (gateway, urls):
+        flood(urls["busy"], count=12, max_tokens=300)
 
-            def queue_seen() -> bool:
-                signals = admin_endpoints(gateway.base_url)["busy"]["engine"]
-                return bool(signals and (signals["waiting"] or 0) >= 5)
+        def queue_seen() -> bool:
+            signals = admin_endpoints(gateway.base_url)["busy"]["engine"]
+            return bool(signals and (signals["waiting"] or 0) >= 5)
 
-            assert eventually(queue_seen)
-            chosen = [
-                chat(gateway.base_url, "Hi").headers["x-slo-gateway-endpoint"] for _ in range(10)
-            ]
+        assert eventually(queue_seen)
+        chosen = [chat(gateway.base_url, "Hi").headers["x-slo-gateway-endpoint"] for _ in range(10)]
     assert chosen.count("idle") >= 9, chosen
 
 

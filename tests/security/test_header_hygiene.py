@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.faults.clients import eventually
 from tests.faults.upstreams import OK_BODY, Answer, ScriptedUpstream, Seen, serving
 from tests.fixtures.gateway import (
     TENANT_KEY,
@@ -23,6 +22,7 @@ from tests.fixtures.gateway import (
     config,
     endpoint,
     engine,
+    eventually,
     fleet_member,
     gateway_for,
     one_engine_config,
