@@ -17,7 +17,6 @@ from tests.faults.clients import AUTH, chat_url
 from tests.faults.shared_state import live_leases, redis_gateway, tenant_leases
 from tests.fixtures.gateway import (
     TENANT_KEY,
-    LoggedGateway,
     admin_endpoints,
     chat_body,
     config,
@@ -26,10 +25,10 @@ from tests.fixtures.gateway import (
     engine,
     eventually,
     fleet_member,
-    request_lines,
     set_faults,
     sim_stats,
 )
+from tests.fixtures.processes import LoggedGateway, request_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 

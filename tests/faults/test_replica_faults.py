@@ -13,7 +13,6 @@ import pytest
 from tests.faults.clients import Load, Stream
 from tests.faults.shared_state import live_leases
 from tests.fixtures.gateway import (
-    GatewayProcess,
     admin_endpoints,
     config,
     endpoint,
@@ -21,6 +20,7 @@ from tests.fixtures.gateway import (
     eventually,
     fleet_member,
 )
+from tests.fixtures.processes import GatewayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis, pytest.mark.slow]
 LEASE_TTL_S = 2.0

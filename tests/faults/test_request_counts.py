@@ -26,8 +26,8 @@ from tests.fixtures.gateway import (
     fleet_member,
     one_engine_config,
     running_gateway,
-    two_replicas,
 )
+from tests.fixtures.processes import two_replicas
 from tests.fixtures.servers import free_port
 
 pytestmark = pytest.mark.integration

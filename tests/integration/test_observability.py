@@ -27,7 +27,6 @@ from tests.fixtures.gateway import (
     PROVIDER_KEY,
     PUBLIC_MODEL,
     TENANT_KEY,
-    GatewayProcess,
     chat_body,
     config,
     endpoint,
@@ -36,6 +35,7 @@ from tests.fixtures.gateway import (
     provider,
     running_gateway,
 )
+from tests.fixtures.processes import GatewayProcess
 from tests.fixtures.servers import UvicornThread
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,6 @@ import pytest
 
 from tests.faults.clients import AUTH, Load, post_chat
 from tests.fixtures.gateway import (
-    GatewayProcess,
     admin_endpoints,
     chat_body,
     config,
@@ -23,8 +22,8 @@ from tests.fixtures.gateway import (
     fleet_member,
     one_engine_config,
     set_faults,
-    two_replicas,
 )
+from tests.fixtures.processes import GatewayProcess, two_replicas
 from tests.fixtures.redis import answers, server_binary
 from tests.fixtures.servers import free_port
 

@@ -15,12 +15,11 @@ from tests.faults.clients import Load
 from tests.fixtures.gateway import (
     OTHER_TENANT_KEY,
     TENANT_KEY,
-    GatewayProcess,
     chat_body,
     eventually,
     one_engine_config,
-    two_replicas,
 )
+from tests.fixtures.processes import GatewayProcess, two_replicas
 
 pytestmark = pytest.mark.integration
 

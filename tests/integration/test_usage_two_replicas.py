@@ -24,9 +24,9 @@ from tests.fixtures.gateway import (
     endpoint,
     engine,
     fleet_member,
-    two_replicas,
     usage_view,
 )
+from tests.fixtures.processes import two_replicas
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 TENANTS = [f"t{i}" for i in range(3)]

@@ -17,8 +17,6 @@ import pytest
 
 from tests.fixtures.gateway import (
     TENANT_KEY,
-    GatewayProcess,
-    LoggedGateway,
     chat_body,
     config,
     counter_sum,
@@ -27,6 +25,7 @@ from tests.fixtures.gateway import (
     eventually,
     fleet_member,
 )
+from tests.fixtures.processes import GatewayProcess, LoggedGateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 AUTH = {"authorization": f"Bearer {TENANT_KEY}"}

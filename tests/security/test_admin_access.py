@@ -16,13 +16,13 @@ from tests.fixtures.gateway import (
     METRICS_TOKEN,
     OTHER_TENANT_KEY,
     TENANT_KEY,
-    LoggedGateway,
     config,
     endpoint,
     engine,
     fleet_member,
     gateway_for,
 )
+from tests.fixtures.processes import LoggedGateway
 from tests.fixtures.servers import UvicornThread
 from tests.fuzz.openai_errors import openai_error
 

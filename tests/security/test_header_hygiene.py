@@ -17,7 +17,6 @@ import pytest
 from tests.faults.upstreams import OK_BODY, Answer, ScriptedUpstream, Seen, serving
 from tests.fixtures.gateway import (
     TENANT_KEY,
-    GatewayProcess,
     chat_body,
     config,
     endpoint,
@@ -29,6 +28,7 @@ from tests.fixtures.gateway import (
     one_engine_gateway,
     running_gateway,
 )
+from tests.fixtures.processes import GatewayProcess
 from tests.fixtures.servers import UvicornThread
 from tests.fuzz.openai_errors import openai_error
 

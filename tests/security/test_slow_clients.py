@@ -18,12 +18,11 @@ import pytest
 
 from tests.fixtures.gateway import (
     TENANT_KEY,
-    LoggedGateway,
     chat_body,
     eventually,
     one_engine_config,
-    request_lines,
 )
+from tests.fixtures.processes import LoggedGateway, request_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HEADER_TIMEOUT_S, BODY_TIMEOUT_S = 1.0, 1.5
