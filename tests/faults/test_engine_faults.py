@@ -7,14 +7,11 @@ import pytest
 from tests.faults.clients import Load, Stream
 from tests.faults.processes import EngineProcess
 from tests.fixtures.gateway import (
+    Fleet,
     admin_endpoints,
-    config,
-    endpoint,
     engine,
     eventually,
     fleet_gateway,
-    fleet_member,
-    running_gateway,
     sim_stats,
 )
 
@@ -46,17 +43,10 @@ def stream_on(base_url: str, endpoint_id: str) -> tuple[Stream, list[Stream]]:
 
 
 def test_engine_killed_mid_stream_errors_its_streams_then_fails_over_and_recovers() -> None:
-    with EngineProcess() as victim, fleet_member(engine()) as good:
-        endpoints = [endpoint("a-victim", victim.url), endpoint("b-good", good)]
-        data = config(
-            endpoints,
-            server={
-                "first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S,
-                "admin_key_env": "TEST_ADMIN_KEY",
-            },
-            state=FAST_HEALTH,
-        )
-        with running_gateway(data) as gateway:
+    server = {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S, "admin_key_env": "TEST_ADMIN_KEY"}
+    with EngineProcess() as victim:
+        members: Fleet = {"a-victim": victim.url, "b-good": engine()}
+        with fleet_gateway(members, server=server, state=FAST_HEALTH) as (gateway, _):
             cut, others = stream_on(gateway.base_url, "a-victim")
             victim.kill()
             assert cut.ended.wait(10), "a stream of the killed engine hung"
