@@ -17,18 +17,16 @@ from tests.fixtures.gateway import (
     PUBLIC_MODEL,
     TENANT_KEY,
     chat_body,
-    config,
-    endpoint,
+    dead_upstream,
     engine,
     eventually,
     fleet_gateway,
-    fleet_member,
     gateway_over,
+    member,
     provider,
-    running_gateway,
     sim_stats,
 )
-from tests.fixtures.servers import UvicornThread, free_port
+from tests.fixtures.servers import UvicornThread
 
 pytestmark = pytest.mark.integration
 AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
@@ -44,11 +42,8 @@ def post_chat(base_url: str, **extra: Any) -> httpx.Response:
 
 
 def test_fails_over_when_an_endpoint_refuses_connections() -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    with fleet_member(engine()) as good:
-        endpoints = [endpoint("a-dead", dead), endpoint("b-good", good)]
-        with running_gateway(config(endpoints)) as gateway:
-            responses = [post_chat(gateway.base_url) for _ in range(4)]
+    with fleet_gateway({"a-dead": dead_upstream(), "b-good": engine()}) as (gateway, _):
+        responses = [post_chat(gateway.base_url) for _ in range(4)]
     assert [r.status_code for r in responses] == [200] * 4
     assert {r.headers["x-slo-gateway-endpoint"] for r in responses} == {"b-good"}
     assert responses[0].headers["x-slo-gateway-attempts"] == "2"
@@ -87,9 +82,7 @@ def test_provider_429_fails_over_to_the_next_endpoint() -> None:
 
 
 def test_every_endpoint_failing_gives_an_openai_502() -> None:
-    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
-    endpoints = [endpoint("a", dead[0]), endpoint("b", dead[1])]
-    with running_gateway(config(endpoints)) as gateway:
+    with fleet_gateway({"a": dead_upstream(), "b": dead_upstream()}) as (gateway, _):
         response = post_chat(gateway.base_url)
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "upstream_failed"
@@ -165,13 +158,14 @@ def test_a_long_retry_after_is_passed_on_instead_of_waited_for() -> None:
         return JSONResponse(body, status_code=429, headers={"retry-after": "30"})
 
     app = Starlette(routes=[Route("/v1/chat/completions", limited, methods=["POST"])])
-    with UvicornThread(app) as upstream:
-        data = config([endpoint("hosted", upstream.base_url, kind="openai")])
-        with running_gateway(data) as gateway:
-            started = time.perf_counter()
-            first = post_chat(gateway.base_url)
-            elapsed_s = time.perf_counter() - started
-            second = post_chat(gateway.base_url)
+    with (
+        UvicornThread(app) as upstream,
+        fleet_gateway({"hosted": member(upstream.base_url, "openai")}) as (gateway, _),
+    ):
+        started = time.perf_counter()
+        first = post_chat(gateway.base_url)
+        elapsed_s = time.perf_counter() - started
+        second = post_chat(gateway.base_url)
     assert first.status_code == 429 and elapsed_s < 3
     assert first.headers["x-slo-gateway-reason"] == "upstream_rate_limited"
     assert 25 <= int(first.headers["retry-after"]) <= 30

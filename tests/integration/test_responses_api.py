@@ -16,15 +16,12 @@ from tests.fixtures.gateway import (
     PROVIDER_MODEL,
     PUBLIC_MODEL,
     TENANT_KEY,
-    config,
-    endpoint,
+    Fleet,
     engine,
     fleet_gateway,
-    fleet_member,
-    one_engine_config,
+    member,
     one_engine_gateway,
     provider,
-    running_gateway,
 )
 from tests.fixtures.servers import UvicornThread
 
@@ -120,14 +117,11 @@ def test_an_unstored_response_cannot_be_continued(two_engines: str) -> None:
 
 
 def test_after_the_owner_restarts_a_continued_turn_is_a_404_not_a_reroute() -> None:
-    with (
-        UvicornThread(create_engine_app(engine(default_max_tokens=4))) as owner,
-        fleet_member(engine(default_max_tokens=4)) as other,
-    ):
-        pricier = endpoint("other", other, price={"input_per_1m": 1.0})
-        data = config([endpoint("owner", owner.base_url), pricier], policy={"name": "cost_first"})
+    with UvicornThread(create_engine_app(engine(default_max_tokens=4))) as owner:
+        pricier = member(engine(default_max_tokens=4), price={"input_per_1m": 1.0})
+        members: Fleet = {"owner": owner.base_url, "other": pricier}
         port = owner.port
-        with running_gateway(data) as gateway:
+        with fleet_gateway(members, policy={"name": "cost_first"}) as (gateway, _):
             client = sdk(gateway.base_url)
             raw = client.responses.with_raw_response.create(model=PUBLIC_MODEL, input="Hi")
             first = raw.parse()
@@ -203,15 +197,14 @@ def test_models_retrieve_answers_the_public_name(two_engines: str) -> None:
 
 
 def test_the_switch_returns_the_upstream_name() -> None:
-    with one_engine_config(engine(default_max_tokens=2)) as data:
-        data["server"]["response_model"] = "upstream"
-        with running_gateway(data) as gateway:
-            client = sdk(gateway.base_url)
-            response = client.responses.create(model=PUBLIC_MODEL, input="x")
-            events = list(client.responses.create(model=PUBLIC_MODEL, input="x", stream=True))
-            chat = client.chat.completions.with_raw_response.create(
-                model=PUBLIC_MODEL, messages=[{"role": "user", "content": "x"}]
-            )
+    server = {"admin_key_env": "TEST_ADMIN_KEY", "response_model": "upstream"}
+    with one_engine_gateway(engine(default_max_tokens=2), server=server) as gateway:
+        client = sdk(gateway.base_url)
+        response = client.responses.create(model=PUBLIC_MODEL, input="x")
+        events = list(client.responses.create(model=PUBLIC_MODEL, input="x", stream=True))
+        chat = client.chat.completions.with_raw_response.create(
+            model=PUBLIC_MODEL, messages=[{"role": "user", "content": "x"}]
+        )
     assert response.model == ENGINE_MODEL
     assert events[0].response.model == ENGINE_MODEL  # type: ignore[union-attr]
     assert chat.parse().model == ENGINE_MODEL

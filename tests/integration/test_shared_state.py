@@ -15,11 +15,9 @@ from tests.faults.clients import AUTH, Load, post_chat
 from tests.fixtures.gateway import (
     admin_endpoints,
     chat_body,
-    config,
-    endpoint,
     engine,
     eventually,
-    fleet_member,
+    fleet_config,
     one_engine_config,
     set_faults,
 )
@@ -56,18 +54,17 @@ def ttft_estimate(base_url: str) -> float:
 
 
 def test_an_engine_slowed_3x_shows_in_the_ttft_estimate_within_5s(tmp_path: Path) -> None:
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e1", engine_url)], state={"refresh_s": 0.05})
-        with (
-            GatewayProcess(data, tmp_path) as gateway,
-            Load(gateway.base_url, threads=1, max_tokens=4) as load,
-        ):
-            assert eventually(lambda: len(load.results) >= 20, timeout_s=15)
-            before = ttft_estimate(gateway.base_url)
-            set_faults(engine_url, slowdown=3.0)
-            slowed_at = time.monotonic()
-            assert eventually(lambda: ttft_estimate(gateway.base_url) > 1.5 * before, 5.0)
-            noticed_s = time.monotonic() - slowed_at
+    with (
+        fleet_config({"e1": engine()}, state={"refresh_s": 0.05}) as (data, urls),
+        GatewayProcess(data, tmp_path) as gateway,
+        Load(gateway.base_url, threads=1, max_tokens=4) as load,
+    ):
+        assert eventually(lambda: len(load.results) >= 20, timeout_s=15)
+        before = ttft_estimate(gateway.base_url)
+        set_faults(urls["e1"], slowdown=3.0)
+        slowed_at = time.monotonic()
+        assert eventually(lambda: ttft_estimate(gateway.base_url) > 1.5 * before, 5.0)
+        noticed_s = time.monotonic() - slowed_at
     assert before > 0
     assert load.results and not load.failures()
     assert noticed_s < 5.0

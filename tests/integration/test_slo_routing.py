@@ -15,12 +15,11 @@ from tests.fixtures.gateway import (
     TENANT_KEY,
     admin_endpoints,
     chat_body,
-    config,
-    endpoint,
     engine,
     eventually,
+    fleet_config,
     fleet_gateway,
-    fleet_member,
+    member,
     one_engine_gateway,
     running_gateway,
     runtime_of,
@@ -67,21 +66,21 @@ def test_interactive_requests_avoid_an_engine_whose_queue_is_long() -> None:
 def test_a_long_prompt_goes_to_the_fastest_prefill_even_when_a_short_one_does_not() -> None:
     fast = engine(prefill_per_token_s=0.00004, prefill_quadratic_s=0.0)
     slow = engine(prefill_per_token_s=0.0004, prefill_quadratic_s=0.0)
-    with fleet_member(fast) as fast_url, fleet_member(slow) as slow_url:
-        endpoints = [
-            endpoint("fast-prefill", fast_url, price={"input_per_1m": 1.0, "output_per_1m": 2.0}),
-            endpoint("slow-prefill", slow_url, price={"input_per_1m": 0.1, "output_per_1m": 0.2}),
-        ]
-        with running_gateway(config(endpoints)) as gateway:  # round robin while warming up
-            for i, length in enumerate([100, 1500] * 6):
-                # Unique prompts (the engines cache prefixes): each warm-up measures a cold prefill.
-                prompt = f"{i:04d}" + "w" * 4 * length
-                warmup = chat(gateway.base_url, prompt, stream=True)  # streams: TTFT
-                assert warmup.status_code == 200
-            runtime_of(gateway).apply(parse_config(config(endpoints, policy=SLO_AWARE)))
-            assert eventually(lambda: _warm(gateway.base_url), 5)
-            short = chat(gateway.base_url, "s" * 4 * 100)
-            long = chat(gateway.base_url, "l" * 4 * 6000)
+    members = {
+        "fast-prefill": member(fast, price={"input_per_1m": 1.0, "output_per_1m": 2.0}),
+        "slow-prefill": member(slow, price={"input_per_1m": 0.1, "output_per_1m": 0.2}),
+    }
+    # Round robin while warming up; then the same config with the SLO-aware policy.
+    with fleet_config(members) as (data, _), running_gateway(data) as gateway:
+        for i, length in enumerate([100, 1500] * 6):
+            # Unique prompts (the engines cache prefixes): each warm-up measures a cold prefill.
+            prompt = f"{i:04d}" + "w" * 4 * length
+            warmup = chat(gateway.base_url, prompt, stream=True)  # streams: TTFT
+            assert warmup.status_code == 200
+        runtime_of(gateway).apply(parse_config(data | {"policy": SLO_AWARE}))
+        assert eventually(lambda: _warm(gateway.base_url), 5)
+        short = chat(gateway.base_url, "s" * 4 * 100)
+        long = chat(gateway.base_url, "l" * 4 * 6000)
     assert short.headers["x-slo-gateway-endpoint"] == "slow-prefill"  # cheapest meeting the SLO
     assert long.headers["x-slo-gateway-endpoint"] == "fast-prefill"
     assert long.headers["x-slo-gateway-at-risk"] == "false"
