@@ -18,15 +18,12 @@ from tests.faults.upstreams import OK_BODY, Answer, ScriptedUpstream, Seen, serv
 from tests.fixtures.gateway import (
     TENANT_KEY,
     chat_body,
-    config,
-    endpoint,
     engine,
     eventually,
-    fleet_member,
+    fleet_gateway,
     gateway_for,
     one_engine_config,
     one_engine_gateway,
-    running_gateway,
 )
 from tests.fixtures.processes import GatewayProcess
 from tests.fixtures.servers import UvicornThread
@@ -113,10 +110,11 @@ def huge_headers(seen: Seen) -> Answer:
 def huge_then_good(**sections: Any) -> Iterator[UvicornThread]:
     """A gateway over an upstream with oversized headers ("a-huge") and a healthy engine
     ("b-good"): what both tests below set up, one for requests and one for health probes."""
-    with serving(ScriptedUpstream(huge_headers)) as bad, fleet_member(engine()) as good:
-        endpoints = [endpoint("a-huge", bad), endpoint("b-good", good)]
-        with running_gateway(config(endpoints, **sections)) as gateway:
-            yield gateway
+    with (
+        serving(ScriptedUpstream(huge_headers)) as bad,
+        fleet_gateway({"a-huge": bad, "b-good": engine()}, **sections) as (gateway, _),
+    ):
+        yield gateway
 
 
 def test_an_upstream_with_oversized_headers_fails_the_attempt_not_the_gateway() -> None:
