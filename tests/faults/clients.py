@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,15 +17,6 @@ from tests.fixtures.gateway import TENANT_KEY, chat_body
 
 AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
 CLIENT_TIMEOUT_S = 20.0
-
-
-def eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def chat_url(base_url: str) -> str:

@@ -13,22 +13,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.clients import AUTH, chat_url, eventually
+from tests.faults.clients import AUTH, chat_url
 from tests.faults.shared_state import live_leases, redis_gateway, tenant_leases
 from tests.fixtures.gateway import (
     TENANT_KEY,
-    LoggedGateway,
     admin_endpoints,
     chat_body,
-    config,
     counter_sum,
-    endpoint,
     engine,
-    fleet_member,
-    request_lines,
+    eventually,
+    fleet_config,
     set_faults,
     sim_stats,
+    tenants_with,
 )
+from tests.fixtures.processes import LoggedGateway, request_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 
@@ -61,30 +60,32 @@ def all_clear(gateway_url: str, engine_url: str, redis_url: str, prefix: str) ->
 def test_client_leaving_mid_stream_or_before_the_first_byte_frees_everything(
     redis_url: str, key_prefix: str
 ) -> None:
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e1", engine_url)], state={"refresh_s": 0.05})
-        data["tenants"]["acme"]["limits"] = {"max_concurrent": 2}
-        with redis_gateway(data, redis_url, key_prefix) as gateway:
-            body = chat_body(max_tokens=2000, stream=True)
-            with httpx.stream("POST", chat_url(gateway), json=body, headers=AUTH) as response:
-                chunks = response.iter_bytes()  # held: dropping it would close the stream
-                assert b"data:" in next(chunks)
-                assert eventually(lambda: admin_endpoints(gateway)["e1"]["in_flight"] == 1, 5)
-            assert eventually(lambda: sim_stats(engine_url)["cancelled"] == 1, 5)
-            assert eventually(lambda: all_clear(gateway, engine_url, redis_url, key_prefix), 5)
+    tenants = tenants_with(acme={"limits": {"max_concurrent": 2}})
+    with (
+        fleet_config({"e1": engine()}, state={"refresh_s": 0.05}, tenants=tenants) as (data, urls),
+        redis_gateway(data, redis_url, key_prefix) as gateway,
+    ):
+        engine_url = urls["e1"]
+        body = chat_body(max_tokens=2000, stream=True)
+        with httpx.stream("POST", chat_url(gateway), json=body, headers=AUTH) as response:
+            chunks = response.iter_bytes()  # held: dropping it would close the stream
+            assert b"data:" in next(chunks)
+            assert eventually(lambda: admin_endpoints(gateway)["e1"]["in_flight"] == 1, 5)
+        assert eventually(lambda: sim_stats(engine_url)["cancelled"] == 1, 5)
+        assert eventually(lambda: all_clear(gateway, engine_url, redis_url, key_prefix), 5)
 
-            set_faults(engine_url, slowdown=100.0)  # a step now takes 1.5 s: no first byte
-            with pytest.raises(httpx.ReadTimeout):
-                httpx.post(chat_url(gateway), json=body, headers=AUTH, timeout=0.5)
-            assert eventually(lambda: sim_stats(engine_url)["cancelled"] == 2, 5)
-            assert eventually(lambda: all_clear(gateway, engine_url, redis_url, key_prefix), 5)
-            set_faults(engine_url, slowdown=1.0)
-            # Both slots of the tenant's limit are free again: two streams at once succeed.
-            short = chat_body(max_tokens=4, stream=True)
-            statuses = [
-                httpx.post(chat_url(gateway), json=short, headers=AUTH, timeout=20).status_code
-                for _ in range(2)
-            ]
+        set_faults(engine_url, slowdown=100.0)  # a step now takes 1.5 s: no first byte
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(chat_url(gateway), json=body, headers=AUTH, timeout=0.5)
+        assert eventually(lambda: sim_stats(engine_url)["cancelled"] == 2, 5)
+        assert eventually(lambda: all_clear(gateway, engine_url, redis_url, key_prefix), 5)
+        set_faults(engine_url, slowdown=1.0)
+        # Both slots of the tenant's limit are free again: two streams at once succeed.
+        short = chat_body(max_tokens=4, stream=True)
+        statuses = [
+            httpx.post(chat_url(gateway), json=short, headers=AUTH, timeout=20).status_code
+            for _ in range(2)
+        ]
     assert statuses == [200, 200]
 
 
@@ -125,9 +126,10 @@ def test_clients_leaving_mid_body_or_mid_stream_are_cancelled_never_a_500(
 ) -> None:
     left = MID_BODY + MID_STREAM
     with (
-        fleet_member(engine()) as engine_url,
-        LoggedGateway(config([endpoint("e1", engine_url)]), tmp_path) as gateway,
+        fleet_config({"e1": engine()}) as (data, urls),
+        LoggedGateway(data, tmp_path) as gateway,
     ):
+        engine_url = urls["e1"]
         threads = leavers(gateway)
         for thread in threads:
             thread.start()

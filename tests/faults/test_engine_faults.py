@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.faults.clients import Load, Stream, eventually
+from tests.faults.clients import Load, Stream
 from tests.faults.processes import EngineProcess
 from tests.fixtures.gateway import (
+    Fleet,
     admin_endpoints,
-    config,
-    endpoint,
     engine,
-    fleet_member,
-    running_gateway,
+    eventually,
+    fleet_gateway,
     sim_stats,
 )
 
@@ -44,17 +43,10 @@ def stream_on(base_url: str, endpoint_id: str) -> tuple[Stream, list[Stream]]:
 
 
 def test_engine_killed_mid_stream_errors_its_streams_then_fails_over_and_recovers() -> None:
-    with EngineProcess() as victim, fleet_member(engine()) as good:
-        endpoints = [endpoint("a-victim", victim.url), endpoint("b-good", good)]
-        data = config(
-            endpoints,
-            server={
-                "first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S,
-                "admin_key_env": "TEST_ADMIN_KEY",
-            },
-            state=FAST_HEALTH,
-        )
-        with running_gateway(data) as gateway:
+    server = {"first_byte_timeout_s": FIRST_BYTE_TIMEOUT_S, "admin_key_env": "TEST_ADMIN_KEY"}
+    with EngineProcess() as victim:
+        members: Fleet = {"a-victim": victim.url, "b-good": engine()}
+        with fleet_gateway(members, server=server, state=FAST_HEALTH) as (gateway, _):
             cut, others = stream_on(gateway.base_url, "a-victim")
             victim.kill()
             assert cut.ended.wait(10), "a stream of the killed engine hung"
@@ -75,14 +67,14 @@ def test_engine_killed_mid_stream_errors_its_streams_then_fails_over_and_recover
 def test_hung_engine_times_out_fails_over_and_opens_its_breaker() -> None:
     state = FAST_HEALTH | {"health_interval_s": 30.0}  # its /health still answers: no probes
     server = {"first_byte_timeout_s": 0.5, "admin_key_env": "TEST_ADMIN_KEY"}
-    with fleet_member(engine(faults={"hang": True})) as hung, fleet_member(engine()) as good:
-        endpoints = [endpoint("a-hung", hung), endpoint("b-good", good)]
-        with running_gateway(config(endpoints, server=server, state=state)) as gateway:
-            first = [Load(gateway.base_url).one() for _ in range(4)]
-            assert eventually(lambda: phase(gateway.base_url, "a-hung") == "breaker_open", 3)
-            tried = sim_stats(hung)["requests_received"]
-            later = [Load(gateway.base_url).one() for _ in range(6)]
-            tried_later = sim_stats(hung)["requests_received"]
+    members = {"a-hung": engine(faults={"hang": True}), "b-good": engine()}
+    with fleet_gateway(members, server=server, state=state) as (gateway, urls):
+        hung = urls["a-hung"]
+        first = [Load(gateway.base_url).one() for _ in range(4)]
+        assert eventually(lambda: phase(gateway.base_url, "a-hung") == "breaker_open", 3)
+        tried = sim_stats(hung)["requests_received"]
+        later = [Load(gateway.base_url).one() for _ in range(6)]
+        tried_later = sim_stats(hung)["requests_received"]
     assert all(r.status == 200 and r.complete for r in first + later)
     assert {r.endpoint for r in first + later} == {"b-good"}
     slow = [r for r in first if r.attempts == 2]

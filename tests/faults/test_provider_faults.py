@@ -12,15 +12,16 @@ import itertools
 
 import pytest
 
-from tests.faults.clients import Load, eventually
+from tests.faults.clients import Load
 from tests.faults.upstreams import Answer, ScriptedUpstream, Seen, serving
 from tests.fixtures.gateway import (
-    config,
-    endpoint,
+    Fleet,
     engine,
-    fleet_member,
+    eventually,
+    fleet_gateway,
+    gateway_for,
+    member,
     provider,
-    running_gateway,
     sim_stats,
 )
 
@@ -38,15 +39,12 @@ def storm(seen: Seen) -> Answer:
 
 
 def test_5xx_burst_fails_over_and_the_breaker_bounds_upstream_attempts() -> None:
-    with (
-        fleet_member(provider(faults={"error_rate": 1.0})) as bursting,
-        fleet_member(engine()) as good,
-    ):
-        endpoints = [endpoint("a-provider", bursting, kind="openai"), endpoint("b-good", good)]
-        with running_gateway(config(endpoints, state=BREAKER)) as gateway:
-            with Load(gateway.base_url, threads=3) as load:
-                assert eventually(lambda: len(load.results) >= 40, 20)
-            attempts = sim_stats(bursting)["requests_received"]
+    bursting = provider(faults={"error_rate": 1.0})
+    members: Fleet = {"a-provider": bursting, "b-good": engine()}
+    with fleet_gateway(members, state=BREAKER) as (gateway, urls):
+        with Load(gateway.base_url, threads=3) as load:
+            assert eventually(lambda: len(load.results) >= 40, 20)
+        attempts = sim_stats(urls["a-provider"])["requests_received"]
     assert load.failures() == []
     assert max(r.attempts for r in load.results) <= 2
     # 3 consecutive failures open the breaker; requests already routed may still land (3 threads).
@@ -55,10 +53,12 @@ def test_5xx_burst_fails_over_and_the_breaker_bounds_upstream_attempts() -> None
 
 def test_429_storm_honours_retry_after_and_fails_over() -> None:
     upstream = ScriptedUpstream(storm)
-    with serving(upstream) as limited, fleet_member(engine()) as good:
-        endpoints = [endpoint("a-limited", limited, kind="openai"), endpoint("b-good", good)]
-        data = config(endpoints, state=BREAKER)
-        with running_gateway(data) as gateway, Load(gateway.base_url, threads=3) as load:
+    with serving(upstream) as limited:
+        members: Fleet = {"a-limited": member(limited, "openai"), "b-good": engine()}
+        with (
+            fleet_gateway(members, state=BREAKER) as (gateway, _),
+            Load(gateway.base_url, threads=3) as load,
+        ):
             assert eventually(lambda: len(load.results) >= 60, 20)
             assert eventually(lambda: len(upstream.completions()) >= 2, 2 * RETRY_AFTER_S + 2)
     hits = [s.at_s for s in upstream.completions()]
@@ -73,13 +73,14 @@ def test_429_storm_honours_retry_after_and_fails_over() -> None:
 def test_every_endpoint_rate_limited_answers_429_then_waits_out_the_cool_down() -> None:
     upstream = ScriptedUpstream(storm)
     server = {"max_attempts": 2, "max_retry_after_s": 0.5}
-    with serving(upstream) as limited:
-        data = config([endpoint("only", limited, kind="openai")], server=server, state=BREAKER)
-        with running_gateway(data) as gateway:
-            first = Load(gateway.base_url).one()
-            after_first = len(upstream.completions())
-            during = [Load(gateway.base_url).one() for _ in range(5)]
-            after_cool_down = len(upstream.completions())
+    with (
+        serving(upstream) as limited,
+        gateway_for(limited, "only", kind="openai", server=server, state=BREAKER) as gateway,
+    ):
+        first = Load(gateway.base_url).one()
+        after_first = len(upstream.completions())
+        during = [Load(gateway.base_url).one() for _ in range(5)]
+        after_cool_down = len(upstream.completions())
     assert first.status == 429
     # The provider asked for longer than max_retry_after_s: no retry at all, the client gets
     # the provider's wait instead (a capped retry would only have met another 429).
@@ -102,14 +103,10 @@ def _bursts(hits: list[float], gap_s: float) -> list[list[float]]:
 
 
 def test_a_provider_out_of_quota_is_failed_over_and_left_alone() -> None:
-    with (
-        fleet_member(provider(faults={"insufficient_quota": True})) as broke,
-        fleet_member(engine()) as good,
-    ):
-        endpoints = [endpoint("a-broke", broke, kind="openai"), endpoint("b-good", good)]
-        with running_gateway(config(endpoints, state=BREAKER)) as gateway:
-            results = [Load(gateway.base_url).one() for _ in range(6)]
-            attempts = sim_stats(broke)["requests_received"]
+    members: Fleet = {"a-broke": provider(faults={"insufficient_quota": True}), "b-good": engine()}
+    with fleet_gateway(members, state=BREAKER) as (gateway, urls):
+        results = [Load(gateway.base_url).one() for _ in range(6)]
+        attempts = sim_stats(urls["a-broke"])["requests_received"]
     assert [r.status for r in results] == [200] * 6
     assert {r.endpoint for r in results} == {"b-good"}
     assert attempts == 1  # then out of rotation until its quota could have been topped up

@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.faults.clients import Load, eventually
+from tests.faults.clients import Load
 from tests.faults.latency_proxy import LatencyProxy, delayed
 from tests.faults.shared_state import live_leases, redis_gateway, tenant_leases
-from tests.fixtures.gateway import admin_endpoints, config, endpoint, engine, fleet_member
+from tests.fixtures.gateway import admin_endpoints, eventually, one_engine_config, tenants_with
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis, pytest.mark.slow]
 REDIS_TIMEOUT_S = 0.1
@@ -32,13 +32,16 @@ def test_slow_redis_fails_no_request_and_shared_state_is_rebuilt(
 ) -> None:
     target = urlsplit(redis_url)
     proxy = LatencyProxy(target.hostname or "127.0.0.1", target.port or 6379)
-    with fleet_member(engine()) as engine_url, proxy:
-        data = config(
-            [endpoint("e1", engine_url)],
+    # Tenant limits put a Redis round trip on every request's path.
+    limits = {"requests_per_min": 100000, "max_concurrent": 50}
+    with (
+        one_engine_config(
+            endpoint_id="e1",
             state={"redis_timeout_s": REDIS_TIMEOUT_S, "refresh_s": 0.05},
-        )
-        # Tenant limits put a Redis round trip on every request's path.
-        data["tenants"]["acme"]["limits"] = {"requests_per_min": 100000, "max_concurrent": 50}
+            tenants=tenants_with(acme={"limits": limits}),
+        ) as data,
+        proxy,
+    ):
         with redis_gateway(data, proxy.url, key_prefix) as gateway, Load(gateway) as load:
             assert eventually(lambda: len(load.results) >= 10, 15)
             assert shared_state(gateway) == "up"

@@ -10,16 +10,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.clients import Load, Stream, eventually
+from tests.faults.clients import Load, Stream
 from tests.faults.shared_state import live_leases
-from tests.fixtures.gateway import (
-    GatewayProcess,
-    admin_endpoints,
-    config,
-    endpoint,
-    engine,
-    fleet_member,
-)
+from tests.fixtures.gateway import admin_endpoints, engine, eventually, fleet_config
+from tests.fixtures.processes import GatewayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis, pytest.mark.slow]
 LEASE_TTL_S = 2.0
@@ -34,18 +28,13 @@ def test_killed_replica_leases_expire_within_the_ttl_and_do_not_skew_the_survivo
 ) -> None:
     env = {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_REDIS_PREFIX": key_prefix}
     server = {"lease_ttl_s": LEASE_TTL_S, "admin_key_env": "TEST_ADMIN_KEY"}
-    with fleet_member(engine()) as e1, fleet_member(engine()) as e2:
-        both = [endpoint("e1", e1), endpoint("e2", e2)]
-        shared = {
-            "server": server,
-            "state": {"refresh_s": 0.05},
-            "policy": {"name": "least_loaded"},
-        }
+    shared = {"server": server, "state": {"refresh_s": 0.05}, "policy": {"name": "least_loaded"}}
+    with fleet_config({"e1": engine(), "e2": engine()}, **shared) as (both, _):
         # The victim serves e1 only, so its leases pile up on one endpoint of the survivor's two.
-        victim_data = config([endpoint("e1", e1)], **shared)
+        victim_data = both | {"endpoints": both["endpoints"][:1]}
         with (
             GatewayProcess(victim_data, tmp_path, **env) as victim,
-            GatewayProcess(config(both, **shared), tmp_path, **env) as survivor,
+            GatewayProcess(both, tmp_path, **env) as survivor,
         ):
             streams = [Stream(victim.base_url) for _ in range(6)]
             assert all(s.started.wait(10) for s in streams)
@@ -85,21 +74,22 @@ def test_sigterm_stops_accepting_drains_streams_and_releases_leases(
 ) -> None:
     env = {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_REDIS_PREFIX": key_prefix}
     server = {"drain_timeout_s": DRAIN_TIMEOUT_S, "admin_key_env": "TEST_ADMIN_KEY"}
-    with fleet_member(engine()) as e1:
-        data = config([endpoint("e1", e1)], server=server)
-        with GatewayProcess(data, tmp_path, **env) as gateway:
-            short = Stream(gateway.base_url, max_tokens=100)  # about 1.5 s of tokens
-            long = Stream(gateway.base_url, max_tokens=2000)  # about 30 s: outlives the drain
-            assert short.started.wait(10) and long.started.wait(10)
-            assert gateway.process is not None
-            gateway.process.send_signal(signal.SIGTERM)
-            stopped_at = time.monotonic()
-            assert eventually(lambda: refuses_connections(gateway.base_url), 2)
-            assert short.ended.wait(10) and long.ended.wait(DRAIN_TIMEOUT_S + 5)
-            cut_after_s = time.monotonic() - stopped_at
-            code = gateway.process.wait(10)
-            exited_after_s = time.monotonic() - stopped_at
-            leases = live_leases(redis_url, key_prefix, ["e1"])
+    with (
+        fleet_config({"e1": engine()}, server=server) as (data, _),
+        GatewayProcess(data, tmp_path, **env) as gateway,
+    ):
+        short = Stream(gateway.base_url, max_tokens=100)  # about 1.5 s of tokens
+        long = Stream(gateway.base_url, max_tokens=2000)  # about 30 s: outlives the drain
+        assert short.started.wait(10) and long.started.wait(10)
+        assert gateway.process is not None
+        gateway.process.send_signal(signal.SIGTERM)
+        stopped_at = time.monotonic()
+        assert eventually(lambda: refuses_connections(gateway.base_url), 2)
+        assert short.ended.wait(10) and long.ended.wait(DRAIN_TIMEOUT_S + 5)
+        cut_after_s = time.monotonic() - stopped_at
+        code = gateway.process.wait(10)
+        exited_after_s = time.monotonic() - stopped_at
+        leases = live_leases(redis_url, key_prefix, ["e1"])
     assert short.completed, short.text[-200:]
     assert not long.completed
     assert DRAIN_TIMEOUT_S - 0.5 <= cut_after_s <= DRAIN_TIMEOUT_S + 3

@@ -18,16 +18,17 @@ from tests.faults.upstreams import ScriptedUpstream, echo_secrets, serving
 from tests.fixtures.gateway import (
     OTHER_TENANT_KEY,
     TENANT_KEY,
-    GatewayProcess,
+    Fleet,
     chat_body,
-    config,
     counter_sum,
-    endpoint,
+    dead_upstream,
     engine,
-    fleet_member,
-    running_gateway,
+    fleet_gateway,
+    member,
+    one_engine_config,
+    tenants_with,
 )
-from tests.fixtures.servers import free_port
+from tests.fixtures.processes import two_replicas
 
 pytestmark = pytest.mark.integration
 ACME = {"authorization": f"Bearer {TENANT_KEY}"}
@@ -35,9 +36,8 @@ ZETA = {"authorization": f"Bearer {OTHER_TENANT_KEY}"}
 OUTCOMES = ("ok", "client_error", "rejected", "upstream_error", "cancelled", "error")
 
 
-def limited(data: dict[str, Any], requests_per_min: int) -> dict[str, Any]:
-    data["tenants"]["zeta"]["limits"] = {"requests_per_min": requests_per_min}
-    return data
+def zeta_limited(requests_per_min: int) -> dict[str, dict[str, Any]]:
+    return tenants_with(zeta={"limits": {"requests_per_min": requests_per_min}})
 
 
 def send_everything(base_url: str) -> Counter[str]:
@@ -67,18 +67,14 @@ def send_everything(base_url: str) -> Counter[str]:
 
 
 def test_every_api_request_is_counted_once_with_its_outcome() -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    with (
-        fleet_member(engine()) as engine_url,
-        serving(ScriptedUpstream(echo_secrets)) as echo_url,
-    ):
-        endpoints = [
-            endpoint("e", engine_url),
-            endpoint("dead", dead, models={"dead-model": "m"}),
-            endpoint("echo", echo_url, models={"echo-model": "m"}),
-        ]
-        data = limited(config(endpoints, state={"breaker_failures": 20}), requests_per_min=2)
-        with running_gateway(data) as gateway:
+    with serving(ScriptedUpstream(echo_secrets)) as echo_url:
+        members: Fleet = {
+            "e": engine(),
+            "dead": member(dead_upstream(), models={"dead-model": "m"}),
+            "echo": member(echo_url, models={"echo-model": "m"}),
+        }
+        state = {"breaker_failures": 20}
+        with fleet_gateway(members, state=state, tenants=zeta_limited(2)) as (gateway, _):
             expected = send_everything(gateway.base_url)
             httpx.get(gateway.base_url + "/healthz")  # not an API request: not counted
             metrics = httpx.get(gateway.base_url + "/metrics").text
@@ -94,26 +90,26 @@ def test_every_api_request_is_counted_once_with_its_outcome() -> None:
 def test_a_burst_on_two_replicas_gets_exactly_the_limit_and_both_count_it(
     redis_url: str, key_prefix: str, tmp_path: Path
 ) -> None:
-    env = {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_REDIS_PREFIX": key_prefix}
-    with fleet_member(engine()) as engine_url:
-        # A generous Redis timeout: on a loaded machine a slow answer would send a replica to
-        # its own memory (by design), and the limit would then hold per replica, not in total.
-        state = {"redis_timeout_s": 2.0}
-        data = limited(config([endpoint("e1", engine_url)], state=state), requests_per_min=5)
-        with GatewayProcess(data, tmp_path, **env) as a, GatewayProcess(data, tmp_path, **env) as b:
-            urls = [g.base_url + "/v1/chat/completions" for g in (a, b) for _ in range(8)]
-            with ThreadPoolExecutor(16) as pool:
-                statuses = list(
-                    pool.map(
-                        lambda url: (
-                            httpx.post(
-                                url, json=chat_body(max_tokens=2), headers=ZETA, timeout=20
-                            ).status_code
-                        ),
-                        urls,
-                    )
+    # A generous Redis timeout: on a loaded machine a slow answer would send a replica to
+    # its own memory (by design), and the limit would then hold per replica, not in total.
+    state = {"redis_timeout_s": 2.0}
+    with (
+        one_engine_config(endpoint_id="e1", state=state, tenants=zeta_limited(5)) as data,
+        two_replicas(data, tmp_path, redis_url, key_prefix) as (a, b),
+    ):
+        urls = [g.base_url + "/v1/chat/completions" for g in (a, b) for _ in range(8)]
+        with ThreadPoolExecutor(16) as pool:
+            statuses = list(
+                pool.map(
+                    lambda url: (
+                        httpx.post(
+                            url, json=chat_body(max_tokens=2), headers=ZETA, timeout=20
+                        ).status_code
+                    ),
+                    urls,
                 )
-            scraped = [httpx.get(g.base_url + "/metrics").text for g in (a, b)]
+            )
+        scraped = [httpx.get(g.base_url + "/metrics").text for g in (a, b)]
     assert sorted(statuses) == [200] * 5 + [429] * 11
     for outcome, count in (("ok", 5), ("rejected", 11)):
         total = sum(counter_sum(m, "slo_gateway_requests_total", outcome=outcome) for m in scraped)

@@ -17,11 +17,9 @@ from tests.fixtures.gateway import (
     PUBLIC_MODEL,
     TENANT_KEY,
     chat_body,
-    config,
-    endpoint,
-    engine,
-    fleet_member,
-    running_gateway,
+    one_engine_config,
+    one_engine_gateway,
+    tenants_with,
 )
 from tests.fuzz.openai_errors import openai_error
 
@@ -34,10 +32,8 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[str]:
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e", engine_url)], server={"max_body_bytes": MAX_BODY_BYTES})
-        with running_gateway(data) as server:
-            yield server.base_url
+    with one_engine_gateway(server={"max_body_bytes": MAX_BODY_BYTES}) as server:
+        yield server.base_url
 
 
 def as_json(raw: object) -> bytes:
@@ -207,16 +203,17 @@ def test_header_with_cr_lf_or_nul_is_refused_as_a_bad_request(gateway: str, head
 def test_huge_max_tokens_against_a_token_limit_is_a_429_and_redis_stays_up(
     redis_url: str, key_prefix: str
 ) -> None:
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e", engine_url)])
-        data["tenants"]["acme"]["limits"] = {"tokens_per_min": 100_000, "max_concurrent": 5}
-        with redis_gateway(data, redis_url, key_prefix) as gateway:
-            huge = [
-                httpx.post(gateway + CHAT, json=chat_body(max_tokens=n), headers=AUTH)
-                for n in (10**12, 10**30, 2**63)
-            ]
-            readyz = httpx.get(gateway + "/readyz").json()
-            ok = httpx.post(gateway + CHAT, json=chat_body(max_tokens=2), headers=AUTH)
+    limits = {"tokens_per_min": 100_000, "max_concurrent": 5}
+    with (
+        one_engine_config(tenants=tenants_with(acme={"limits": limits})) as data,
+        redis_gateway(data, redis_url, key_prefix) as gateway,
+    ):
+        huge = [
+            httpx.post(gateway + CHAT, json=chat_body(max_tokens=n), headers=AUTH)
+            for n in (10**12, 10**30, 2**63)
+        ]
+        readyz = httpx.get(gateway + "/readyz").json()
+        ok = httpx.post(gateway + CHAT, json=chat_body(max_tokens=2), headers=AUTH)
     # A reservation is capped at the limit, so the first is admitted into the empty window and
     # refused by the engine (beyond its max_model_len, as vLLM says); it settles on its prompt,
     # and the next two, capped at the whole window too, do not fit beside it.

@@ -29,11 +29,8 @@ from schemathesis.specs.openapi.checks import (
 from tests.fixtures.gateway import (
     PUBLIC_MODEL,
     TENANT_KEY,
-    config,
-    endpoint,
     engine,
-    fleet_member,
-    running_gateway,
+    one_engine_gateway,
 )
 from tests.fuzz.anthropic_errors import anthropic_error
 from tests.fuzz.openai_errors import openai_error
@@ -79,10 +76,8 @@ FAST_ENGINE = {
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[str]:
-    with fleet_member(engine(**FAST_ENGINE)) as engine_url:
-        data = config([endpoint("e", engine_url)], server={"max_body_bytes": 256 * 1024})
-        with running_gateway(data) as server:
-            yield server.base_url
+    with one_engine_gateway(engine(**FAST_ENGINE), server={"max_body_bytes": 256 * 1024}) as gw:
+        yield gw.base_url
 
 
 @pytest.mark.parametrize(("path", "method", "mode"), CASES)

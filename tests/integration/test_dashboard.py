@@ -26,8 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.config.settings import Settings, parse_config
-from gateway.server.app import create_app
+from gateway.config.settings import Settings
 from gateway.server.dashboard.routes import COOKIE
 from tests.fixtures.gateway import (
     ADMIN_KEY,
@@ -35,14 +34,14 @@ from tests.fixtures.gateway import (
     TENANT_KEY,
     admin_endpoints,
     chat_body,
-    config,
     counter_sum,
-    endpoint,
     engine,
-    fleet_member,
+    fleet_gateway,
+    member,
     provider,
     runtime_of,
     set_faults,
+    tenants_with,
 )
 from tests.fixtures.servers import UvicornThread
 
@@ -65,24 +64,19 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     """Two engines and a hosted provider behind one gateway that samples every 0.5 s."""
-    with (
-        fleet_member(engine()) as a,
-        fleet_member(engine()) as b,
-        fleet_member(provider()) as hosted,
-    ):
-        data = config(
-            [
-                endpoint("vllm-a", a, price={"output_per_1m": 0.2}),
-                endpoint("vllm-b", b, price={"output_per_1m": 0.2}),
-                endpoint("hosted", hosted, "openai", price={"input_per_1m": 0.5}),
-            ],
-            policy={"name": "slo_aware", "explore_fraction": 0.0},
-            state={"health_interval_s": 0.5, "breaker_failures": 2, "breaker_cooldown_s": 120},
-        )
-        data["tenants"]["zeta"]["limits"] = {"requests_per_min": 8}  # so some of it is shed
-        app = create_app(parse_config(data, "test"), Settings(dashboard_sample_s=0.5))
-        with UvicornThread(app) as gateway:
-            yield Stack(gateway, {"vllm-a": a, "vllm-b": b, "hosted": hosted})
+    members = {
+        "vllm-a": member(engine(), price={"output_per_1m": 0.2}),
+        "vllm-b": member(engine(), price={"output_per_1m": 0.2}),
+        "hosted": member(provider(), price={"input_per_1m": 0.5}),
+    }
+    with fleet_gateway(
+        members,
+        Settings(dashboard_sample_s=0.5),
+        policy={"name": "slo_aware", "explore_fraction": 0.0},
+        state={"health_interval_s": 0.5, "breaker_failures": 2, "breaker_cooldown_s": 120},
+        tenants=tenants_with(zeta={"limits": {"requests_per_min": 8}}),  # so some of it is shed
+    ) as (gateway, urls):
+        yield Stack(gateway, urls)
 
 
 @contextlib.contextmanager

@@ -11,12 +11,9 @@ import pytest
 
 from tests.fixtures.gateway import (
     TENANT_KEY,
+    TENANTS,
     chat_body,
-    config,
-    endpoint,
-    engine,
-    fleet_member,
-    running_gateway,
+    one_engine_gateway,
     runtime_of,
 )
 
@@ -29,20 +26,21 @@ def test_a_cold_endpoint_is_called_cold_with_the_target_that_binds() -> None:
         "interactive": {"ttft_ms": 1000, "tpot_ms": 50, "priority": 10},
         "batch": {"deadline_ms": 60000, "sheddable": True},
     }
-    with fleet_member(engine()) as url:
-        data = config([endpoint("fresh", url)], policy={"name": "slo_aware"}, classes=classes)
-        data["tenants"]["acme"]["slo_hints"] = True
-        with running_gateway(data) as gateway:
-            answer = httpx.post(
-                gateway.base_url + "/v1/chat/completions",
-                json=chat_body(max_tokens=2),
-                headers=AUTH | {"x-slo-tpot-ms": "40"},
-            )
-            batch = httpx.post(
-                gateway.base_url + "/v1/chat/completions",
-                json=chat_body(max_tokens=2),
-                headers=AUTH | {"x-gateway-inference-objective": "batch"},
-            )
+    hinted = TENANTS | {"acme": TENANTS["acme"] | {"slo_hints": True}}
+    policy = {"name": "slo_aware"}
+    with one_engine_gateway(
+        endpoint_id="fresh", policy=policy, classes=classes, tenants=hinted
+    ) as gw:
+        answer = httpx.post(
+            gw.base_url + "/v1/chat/completions",
+            json=chat_body(max_tokens=2),
+            headers=AUTH | {"x-slo-tpot-ms": "40"},
+        )
+        batch = httpx.post(
+            gw.base_url + "/v1/chat/completions",
+            json=chat_body(max_tokens=2),
+            headers=AUTH | {"x-gateway-inference-objective": "batch"},
+        )
     assert answer.status_code == 200
     headers = answer.headers
     assert headers["x-slo-gateway-decision"] == "cold"  # not slo_at_risk: nothing measured yet
@@ -55,7 +53,7 @@ def test_a_cold_endpoint_is_called_cold_with_the_target_that_binds() -> None:
 
 
 def test_no_endpoint_available_says_why_in_the_reason_header() -> None:
-    with fleet_member(engine()) as url, running_gateway(config([endpoint("e", url)])) as gw:
+    with one_engine_gateway() as gw:
         runtime_of(gw).registry.cool_down("e", time.time() + 30, "test")
         answer = httpx.post(gw.base_url + "/v1/chat/completions", json=chat_body(), headers=AUTH)
         messages = httpx.post(
@@ -75,7 +73,7 @@ def test_no_endpoint_available_says_why_in_the_reason_header() -> None:
 
 
 def test_health_answers_like_healthz() -> None:
-    with fleet_member(engine()) as url, running_gateway(config([endpoint("e", url)])) as gw:
+    with one_engine_gateway() as gw:
         assert (
             httpx.get(gw.base_url + "/health").json() == httpx.get(gw.base_url + "/healthz").json()
         )

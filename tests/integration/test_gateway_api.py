@@ -20,11 +20,9 @@ from tests.fixtures.gateway import (
     PUBLIC_MODEL,
     TENANT_KEY,
     chat_body,
-    config,
-    endpoint,
     engine,
-    fleet_member,
-    running_gateway,
+    gateway_for,
+    gateway_over,
     sim_stats,
 )
 from tests.fixtures.servers import UvicornThread
@@ -35,11 +33,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def stack() -> Iterator[tuple[str, str]]:
     """One simulated engine behind one gateway: (gateway URL, engine URL)."""
-    with (
-        fleet_member(engine()) as engine_url,
-        running_gateway(config([endpoint("vllm-1", engine_url)])) as gateway,
-    ):
-        yield gateway.base_url, engine_url
+    with gateway_over(engine(), "vllm-1") as urls:
+        yield urls
 
 
 @pytest.fixture
@@ -200,9 +195,10 @@ class Recorder:
 def test_body_passes_through_with_model_rewritten_and_secrets_kept_apart() -> None:
     recorder = Recorder()
     with UvicornThread(recorder.app) as upstream:
-        entry = endpoint("hosted", upstream.base_url, kind="openai")
-        entry["models"] = {PUBLIC_MODEL: "upstream-name"}
-        with running_gateway(config([entry])) as gateway:
+        renamed = {"models": {PUBLIC_MODEL: "upstream-name"}}
+        with gateway_for(
+            upstream.base_url, "hosted", kind="openai", endpoint_options=renamed
+        ) as gateway:
             body = chat_body(temperature=0.25, logit_bias={"42": -100}, vendor_extension={"a": [1]})
             response = httpx.post(
                 gateway.base_url + "/v1/chat/completions",

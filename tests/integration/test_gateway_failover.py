@@ -17,17 +17,16 @@ from tests.fixtures.gateway import (
     PUBLIC_MODEL,
     TENANT_KEY,
     chat_body,
-    config,
-    endpoint,
+    dead_upstream,
     engine,
     eventually,
-    fleet_member,
+    fleet_gateway,
     gateway_over,
+    member,
     provider,
-    running_gateway,
     sim_stats,
 )
-from tests.fixtures.servers import UvicornThread, free_port
+from tests.fixtures.servers import UvicornThread
 
 pytestmark = pytest.mark.integration
 AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
@@ -43,25 +42,18 @@ def post_chat(base_url: str, **extra: Any) -> httpx.Response:
 
 
 def test_fails_over_when_an_endpoint_refuses_connections() -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    with fleet_member(engine()) as good:
-        endpoints = [endpoint("a-dead", dead), endpoint("b-good", good)]
-        with running_gateway(config(endpoints)) as gateway:
-            responses = [post_chat(gateway.base_url) for _ in range(4)]
+    with fleet_gateway({"a-dead": dead_upstream(), "b-good": engine()}) as (gateway, _):
+        responses = [post_chat(gateway.base_url) for _ in range(4)]
     assert [r.status_code for r in responses] == [200] * 4
     assert {r.headers["x-slo-gateway-endpoint"] for r in responses} == {"b-good"}
     assert responses[0].headers["x-slo-gateway-attempts"] == "2"
 
 
 def test_fails_over_on_503_and_counts_the_attempt() -> None:
-    with (
-        fleet_member(engine(faults={"status_code": 503})) as broken,
-        fleet_member(engine()) as good,
-    ):
-        endpoints = [endpoint("a-broken", broken), endpoint("b-good", good)]
-        with running_gateway(config(endpoints)) as gateway:
-            response = post_chat(gateway.base_url, stream=True)
-            metrics = httpx.get(gateway.base_url + "/metrics").text
+    broken = engine(faults={"status_code": 503})
+    with fleet_gateway({"a-broken": broken, "b-good": engine()}) as (gateway, _):
+        response = post_chat(gateway.base_url, stream=True)
+        metrics = httpx.get(gateway.base_url + "/metrics").text
     assert response.status_code == 200
     assert response.headers["x-slo-gateway-endpoint"] == "b-good"
     assert "data: [DONE]" in response.text
@@ -69,36 +61,28 @@ def test_fails_over_on_503_and_counts_the_attempt() -> None:
 
 
 def test_fails_over_when_an_endpoint_hangs_past_the_first_byte_timeout() -> None:
-    with fleet_member(engine(faults={"hang": True})) as hung, fleet_member(engine()) as good:
-        endpoints = [endpoint("a-hung", hung), endpoint("b-good", good)]
-        data = config(endpoints, server={"first_byte_timeout_s": 0.5})
-        with running_gateway(data) as gateway:
-            started = time.perf_counter()
-            response = post_chat(gateway.base_url, stream=True)
-            elapsed = time.perf_counter() - started
+    members = {"a-hung": engine(faults={"hang": True}), "b-good": engine()}
+    with fleet_gateway(members, server={"first_byte_timeout_s": 0.5}) as (gateway, _):
+        started = time.perf_counter()
+        response = post_chat(gateway.base_url, stream=True)
+        elapsed = time.perf_counter() - started
     assert response.status_code == 200
     assert response.headers["x-slo-gateway-endpoint"] == "b-good"
     assert 0.5 <= elapsed < 10
 
 
 def test_provider_429_fails_over_to_the_next_endpoint() -> None:
-    with (
-        fleet_member(provider(faults={"status_code": 429})) as limited,
-        fleet_member(engine()) as good,
-    ):
-        endpoints = [endpoint("a-limited", limited, kind="openai"), endpoint("b-good", good)]
-        with running_gateway(config(endpoints)) as gateway:
-            response = post_chat(gateway.base_url)
-            ready = httpx.get(gateway.base_url + "/readyz").json()
+    limited = provider(faults={"status_code": 429})
+    with fleet_gateway({"a-limited": limited, "b-good": engine()}) as (gateway, _):
+        response = post_chat(gateway.base_url)
+        ready = httpx.get(gateway.base_url + "/readyz").json()
     assert response.status_code == 200
     assert response.headers["x-slo-gateway-endpoint"] == "b-good"
     assert ready["endpoints"]["b-good"] == "available"
 
 
 def test_every_endpoint_failing_gives_an_openai_502() -> None:
-    dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
-    endpoints = [endpoint("a", dead[0]), endpoint("b", dead[1])]
-    with running_gateway(config(endpoints)) as gateway:
+    with fleet_gateway({"a": dead_upstream(), "b": dead_upstream()}) as (gateway, _):
         response = post_chat(gateway.base_url)
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "upstream_failed"
@@ -174,13 +158,14 @@ def test_a_long_retry_after_is_passed_on_instead_of_waited_for() -> None:
         return JSONResponse(body, status_code=429, headers={"retry-after": "30"})
 
     app = Starlette(routes=[Route("/v1/chat/completions", limited, methods=["POST"])])
-    with UvicornThread(app) as upstream:
-        data = config([endpoint("hosted", upstream.base_url, kind="openai")])
-        with running_gateway(data) as gateway:
-            started = time.perf_counter()
-            first = post_chat(gateway.base_url)
-            elapsed_s = time.perf_counter() - started
-            second = post_chat(gateway.base_url)
+    with (
+        UvicornThread(app) as upstream,
+        fleet_gateway({"hosted": member(upstream.base_url, "openai")}) as (gateway, _),
+    ):
+        started = time.perf_counter()
+        first = post_chat(gateway.base_url)
+        elapsed_s = time.perf_counter() - started
+        second = post_chat(gateway.base_url)
     assert first.status_code == 429 and elapsed_s < 3
     assert first.headers["x-slo-gateway-reason"] == "upstream_rate_limited"
     assert 25 <= int(first.headers["retry-after"]) <= 30

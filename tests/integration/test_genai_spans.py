@@ -14,13 +14,12 @@ from tests.fixtures.gateway import (
     PROVIDER_MODEL,
     PUBLIC_MODEL,
     TENANT_KEY,
-    config,
-    endpoint,
+    Fleet,
     engine,
     eventually,
-    fleet_member,
+    fleet_gateway,
+    member,
     provider,
-    running_gateway,
 )
 from tests.integration.test_observability import spans
 
@@ -40,35 +39,33 @@ def request_spans(exporter: Any, count: int) -> list[Any]:
 def test_spans_carry_the_answers_id_model_finish_reasons_and_usage(
     spans: Any, stream: bool
 ) -> None:
-    with fleet_member(engine()) as engine_url, fleet_member(provider()) as provider_url:
-        hosted = endpoint("hosted", provider_url, kind="openai", provider="groq")
-        data = config([endpoint("e1", engine_url), hosted])
-        with running_gateway(data) as gateway:
-            sdk = OpenAI(base_url=gateway.base_url + "/v1", api_key=TENANT_KEY, max_retries=0)
-            answers: dict[str, Any] = {}
-            for _ in range(2):  # round robin: one to each endpoint
-                messages: Any = [{"role": "user", "content": "hi"}]
-                if stream:
-                    chunks = list(
-                        sdk.chat.completions.create(
-                            model=PUBLIC_MODEL,
-                            messages=messages,
-                            max_tokens=4,
-                            stream=True,
-                            stream_options={"include_usage": True},
-                        )
+    members: Fleet = {"e1": engine(), "hosted": member(provider(), provider="groq")}
+    with fleet_gateway(members) as (gateway, _):
+        sdk = OpenAI(base_url=gateway.base_url + "/v1", api_key=TENANT_KEY, max_retries=0)
+        answers: dict[str, Any] = {}
+        for _ in range(2):  # round robin: one to each endpoint
+            messages: Any = [{"role": "user", "content": "hi"}]
+            if stream:
+                chunks = list(
+                    sdk.chat.completions.create(
+                        model=PUBLIC_MODEL,
+                        messages=messages,
+                        max_tokens=4,
+                        stream=True,
+                        stream_options={"include_usage": True},
                     )
-                    usage = next(c.usage for c in chunks if c.usage is not None)
-                    reasons = [c.choices[0].finish_reason for c in chunks if c.choices]
-                    answer = (chunks[0].id, usage, [r for r in reasons if r])
-                else:
-                    whole = sdk.chat.completions.create(
-                        model=PUBLIC_MODEL, messages=messages, max_tokens=4
-                    )
-                    reasons = [c.finish_reason for c in whole.choices]
-                    answer = (whole.id, whole.usage, reasons)
-                answers[answer[0]] = answer
-            found = request_spans(spans, 2)
+                )
+                usage = next(c.usage for c in chunks if c.usage is not None)
+                reasons = [c.choices[0].finish_reason for c in chunks if c.choices]
+                answer = (chunks[0].id, usage, [r for r in reasons if r])
+            else:
+                whole = sdk.chat.completions.create(
+                    model=PUBLIC_MODEL, messages=messages, max_tokens=4
+                )
+                reasons = [c.finish_reason for c in whole.choices]
+                answer = (whole.id, whole.usage, reasons)
+            answers[answer[0]] = answer
+        found = request_spans(spans, 2)
     upstream = {
         s.attributes["slo_gateway.endpoint"]: s
         for s in spans.get_finished_spans()

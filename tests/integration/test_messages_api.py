@@ -18,11 +18,10 @@ from tests.fixtures.gateway import (
     PROVIDER_KEY,
     PUBLIC_MODEL,
     TENANT_KEY,
-    config,
-    endpoint,
     engine,
-    fleet_member,
-    running_gateway,
+    fleet_gateway,
+    gateway_for,
+    one_engine_gateway,
 )
 from tests.fixtures.servers import UvicornThread
 
@@ -32,10 +31,7 @@ HI = [{"role": "user", "content": "Hi"}]
 
 @pytest.fixture(scope="module")
 def gateway_url() -> Iterator[str]:
-    with (
-        fleet_member(engine()) as url,
-        running_gateway(config([endpoint("e1", url)])) as gateway,
-    ):
+    with one_engine_gateway(endpoint_id="e1") as gateway:
         yield gateway.base_url
 
 
@@ -96,32 +92,25 @@ def test_models_in_anthropics_shape_with_paging_fields(gateway_url: str) -> None
 
 
 def test_a_529_before_the_first_token_fails_over() -> None:
-    with (
-        fleet_member(engine(faults={"status_code": 529})) as overloaded,
-        fleet_member(engine()) as healthy,
-    ):
-        data = config([endpoint("overloaded", overloaded), endpoint("healthy", healthy)])
-        with running_gateway(data) as gateway:
-            client = sdk(gateway.base_url, "api_key")
-            attempts = []
-            for _ in range(2):  # round robin: one of them starts at the overloaded endpoint
-                raw = client.messages.with_raw_response.create(
-                    model=PUBLIC_MODEL, max_tokens=3, messages=HI
-                )
-                assert raw.headers["x-slo-gateway-endpoint"] == "healthy"
-                attempts.append(raw.headers["x-slo-gateway-attempts"])
-                with client.messages.stream(model=PUBLIC_MODEL, max_tokens=3, messages=HI) as s:
-                    assert "".join(s.text_stream) == "The quick brown"
-                    attempts.append(s.response.headers["x-slo-gateway-attempts"])
+    overloaded = engine(faults={"status_code": 529})
+    with fleet_gateway({"overloaded": overloaded, "healthy": engine()}) as (gateway, _):
+        client = sdk(gateway.base_url, "api_key")
+        attempts = []
+        for _ in range(2):  # round robin: one of them starts at the overloaded endpoint
+            raw = client.messages.with_raw_response.create(
+                model=PUBLIC_MODEL, max_tokens=3, messages=HI
+            )
+            assert raw.headers["x-slo-gateway-endpoint"] == "healthy"
+            attempts.append(raw.headers["x-slo-gateway-attempts"])
+            with client.messages.stream(model=PUBLIC_MODEL, max_tokens=3, messages=HI) as s:
+                assert "".join(s.text_stream) == "The quick brown"
+                attempts.append(s.response.headers["x-slo-gateway-attempts"])
     assert sorted(attempts) == ["1", "1", "2", "2"]
 
 
 def test_a_mid_stream_error_event_raises() -> None:
     faults = {"drop_mid_stream": 1.0, "drop_after_tokens": 2}
-    with (
-        fleet_member(engine(faults=faults)) as url,
-        running_gateway(config([endpoint("e", url)])) as gateway,
-    ):
+    with one_engine_gateway(engine(faults=faults)) as gateway:
         received: list[str] = []
         client = sdk(gateway.base_url, "api_key")
         with (
@@ -158,9 +147,14 @@ class Recorder:
 def test_version_and_beta_are_forwarded_and_the_key_replaced(key_header: str) -> None:
     recorder = Recorder()
     with UvicornThread(recorder.app) as upstream:
-        entry = endpoint("hosted", upstream.base_url, kind="openai", api_key_header=key_header)
-        entry |= {"apis": ["messages"], "models": {PUBLIC_MODEL: "claude-upstream"}}
-        with running_gateway(config([entry])) as gateway:
+        options = {
+            "api_key_header": key_header,
+            "apis": ["messages"],
+            "models": {PUBLIC_MODEL: "claude-upstream"},
+        }
+        with gateway_for(
+            upstream.base_url, "hosted", kind="openai", endpoint_options=options
+        ) as gateway:
             answer = httpx.post(
                 gateway.base_url + "/v1/messages?beta=true",
                 json={"model": PUBLIC_MODEL, "max_tokens": 5, "messages": HI},

@@ -17,8 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from gateway.config.settings import Settings, parse_config
-from gateway.server.app import create_app
+from gateway.config.settings import Settings
 from gateway.telemetry import request_log, tracing
 from tests.fixtures.gateway import (
     ADMIN_KEY,
@@ -27,15 +26,16 @@ from tests.fixtures.gateway import (
     PROVIDER_KEY,
     PUBLIC_MODEL,
     TENANT_KEY,
-    GatewayProcess,
+    Fleet,
     chat_body,
-    config,
-    endpoint,
     engine,
-    fleet_member,
+    fleet_config,
+    fleet_gateway,
+    member,
     provider,
-    running_gateway,
+    tenants_with,
 )
+from tests.fixtures.processes import GatewayProcess
 from tests.fixtures.servers import UvicornThread
 
 pytestmark = pytest.mark.integration
@@ -85,21 +85,20 @@ def by_request(lines: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def test_one_json_line_per_request_with_outcome_and_no_secrets(log_lines: list[str]) -> None:
-    with fleet_member(engine()) as engine_url, fleet_member(provider()) as provider_url:
-        data = config([endpoint("vllm-1", engine_url), endpoint("hosted", provider_url, "openai")])
-        data["tenants"]["zeta"]["limits"] = {"requests_per_min": 1}
-        with running_gateway(data) as gateway:
-            url = gateway.base_url
-            stream = chat_body(PROMPT, stream=True, max_tokens=6)
-            assert post(url, stream, ACME, "r-stream").status_code == 200
-            assert post(url, chat_body(PROMPT, max_tokens=4), ACME, "r-plain").status_code == 200
-            assert post(url, chat_body(PROMPT), ZETA, "r-zeta-1").status_code == 200
-            assert post(url, chat_body(PROMPT), ZETA, "r-zeta-2").status_code == 429
-            assert post(url, {"model": PUBLIC_MODEL}, ACME, "r-invalid").status_code == 400
-            assert post(url, chat_body(PROMPT), {}, "r-nokey").status_code == 401
-            missing = chat_body(PROMPT, model="no-such-model")
-            assert post(url, missing, ACME, "r-missing").status_code == 404
-            eventually(lambda: len(log_lines) >= 7)
+    members: Fleet = {"vllm-1": engine(), "hosted": provider()}
+    zeta_limited = tenants_with(zeta={"limits": {"requests_per_min": 1}})
+    with fleet_gateway(members, tenants=zeta_limited) as (gateway, _):
+        url = gateway.base_url
+        stream = chat_body(PROMPT, stream=True, max_tokens=6)
+        assert post(url, stream, ACME, "r-stream").status_code == 200
+        assert post(url, chat_body(PROMPT, max_tokens=4), ACME, "r-plain").status_code == 200
+        assert post(url, chat_body(PROMPT), ZETA, "r-zeta-1").status_code == 200
+        assert post(url, chat_body(PROMPT), ZETA, "r-zeta-2").status_code == 429
+        assert post(url, {"model": PUBLIC_MODEL}, ACME, "r-invalid").status_code == 400
+        assert post(url, chat_body(PROMPT), {}, "r-nokey").status_code == 401
+        missing = chat_body(PROMPT, model="no-such-model")
+        assert post(url, missing, ACME, "r-missing").status_code == 404
+        eventually(lambda: len(log_lines) >= 7)
     lines = by_request(log_lines)
     assert len(log_lines) == 7 and len(lines) == 7
 
@@ -140,26 +139,18 @@ def test_one_json_line_per_request_with_outcome_and_no_secrets(log_lines: list[s
 
 
 def test_prompt_text_is_logged_only_when_the_debug_flag_asks(log_lines: list[str]) -> None:
-    with fleet_member(engine()) as engine_url:
-        app = create_app(
-            parse_config(config([endpoint("vllm-1", engine_url)])), Settings(log_prompts=True)
-        )
-        with UvicornThread(app) as gateway:
-            post(gateway.base_url, chat_body(PROMPT, max_tokens=2), ACME, "r-debug")
-            eventually(lambda: len(log_lines) >= 1)
+    with fleet_gateway({"vllm-1": engine()}, Settings(log_prompts=True)) as (gateway, _):
+        post(gateway.base_url, chat_body(PROMPT, max_tokens=2), ACME, "r-debug")
+        eventually(lambda: len(log_lines) >= 1)
     entry = json.loads(log_lines[0])
     assert entry["prompt"] == [{"role": "user", "content": PROMPT}]
     assert TENANT_KEY not in log_lines[0]
 
 
 def test_no_log_line_when_request_logs_are_off(log_lines: list[str]) -> None:
-    with fleet_member(engine()) as engine_url:
-        app = create_app(
-            parse_config(config([endpoint("vllm-1", engine_url)])), Settings(request_log=False)
-        )
-        with UvicornThread(app) as gateway:
-            assert post(gateway.base_url, chat_body("hi"), ACME, "r-quiet").status_code == 200
-            time.sleep(0.2)
+    with fleet_gateway({"vllm-1": engine()}, Settings(request_log=False)) as (gateway, _):
+        assert post(gateway.base_url, chat_body("hi"), ACME, "r-quiet").status_code == 200
+        time.sleep(0.2)
     assert log_lines == []
 
 
@@ -232,9 +223,8 @@ def test_a_request_is_one_trace_with_admission_routing_and_upstream_spans(
     spans: Any, recorder: tuple[Recorder, str]
 ) -> None:
     upstream, upstream_url = recorder
-    data = config([endpoint("rec", upstream_url)], policy=SLO_AWARE)
     caller = {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
-    with running_gateway(data) as gateway:
+    with fleet_gateway({"rec": upstream_url}, policy=SLO_AWARE) as (gateway, _):
         body = chat_body(PROMPT, stream=True, max_tokens=3)
         response = post(gateway.base_url, body, ACME | caller, "r-traced")
         assert response.status_code == 200 and "[DONE]" in response.text
@@ -273,16 +263,14 @@ def test_a_failed_attempt_is_its_own_span_marked_as_an_error(
     spans: Any, recorder: tuple[Recorder, str]
 ) -> None:
     _, upstream_url = recorder
-    with fleet_member(engine(faults={"status_code": 503})) as broken_url:
-        data = config(
-            [endpoint("broken", broken_url), endpoint("rec", upstream_url)],
-            policy={"name": "cost_first"},
-        )
-        data["endpoints"][1]["price"] = {"input_per_1m": 1.0}  # so "broken" is tried first
-        with running_gateway(data) as gateway:
-            response = post(gateway.base_url, chat_body(PROMPT, max_tokens=3), ACME, "r-fail")
-            assert response.status_code == 200
-            eventually(lambda: any(s.name.startswith("POST ") for s in spans.get_finished_spans()))
+    members: Fleet = {
+        "broken": engine(faults={"status_code": 503}),
+        "rec": member(upstream_url, price={"input_per_1m": 1.0}),  # so "broken" is tried first
+    }
+    with fleet_gateway(members, policy={"name": "cost_first"}) as (gateway, _):
+        response = post(gateway.base_url, chat_body(PROMPT, max_tokens=3), ACME, "r-fail")
+        assert response.status_code == 200
+        eventually(lambda: any(s.name.startswith("POST ") for s in spans.get_finished_spans()))
     upstreams = [s for s in spans.get_finished_spans() if s.name == f"chat {ENGINE_MODEL}"]
     failed = [s for s in upstreams if s.attributes["slo_gateway.endpoint"] == "broken"]
     answered = [s for s in upstreams if s.attributes["slo_gateway.endpoint"] == "rec"]
@@ -296,7 +284,7 @@ def test_a_failed_attempt_is_its_own_span_marked_as_an_error(
 def test_no_traceparent_goes_upstream_when_tracing_is_off(recorder: tuple[Recorder, str]) -> None:
     upstream, upstream_url = recorder
     assert not tracing.enabled()
-    with running_gateway(config([endpoint("rec", upstream_url)])) as gateway:
+    with fleet_gateway({"rec": upstream_url}) as (gateway, _):
         assert post(gateway.base_url, chat_body(PROMPT), ACME, "r-off").status_code == 200
     assert "traceparent" not in upstream.headers[-1]
 
@@ -320,9 +308,8 @@ def test_standard_otel_variables_turn_tracing_on_in_a_served_gateway(tmp_path: P
         return Response(b"", media_type="application/x-protobuf")
 
     collector = Starlette(routes=[Route("/v1/traces", receive, methods=["POST"])])
-    with UvicornThread(collector) as otlp, fleet_member(engine()) as engine_url:
+    with UvicornThread(collector) as otlp, fleet_config({"vllm-1": engine()}) as (data, _):
         otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp.base_url, "OTEL_BSP_SCHEDULE_DELAY": "100"}
-        data = config([endpoint("vllm-1", engine_url)])
         with GatewayProcess(data, tmp_path, **otel) as gateway:
             body = chat_body(PROMPT, stream=True, max_tokens=2)
             assert post(gateway.base_url, body, ACME, "r-otlp").status_code == 200

@@ -14,12 +14,9 @@ from tests.fixtures.gateway import (
     PUBLIC_MODEL,
     TENANT_KEY,
     admin_endpoints,
-    config,
-    endpoint,
     engine,
     eventually,
-    fleet_member,
-    running_gateway,
+    fleet_gateway,
 )
 from tests.integration.test_slo_routing import flood
 
@@ -70,12 +67,11 @@ def warm_up(sdk: openai.OpenAI, count: int = 12) -> None:
 
 
 def test_turns_of_a_session_land_where_their_prefix_is() -> None:
-    with fleet_member(engine(**SLOW_PREFILL)) as one, fleet_member(engine(**SLOW_PREFILL)) as two:
-        data = config([endpoint("one", one), endpoint("two", two)], policy=SLO_AWARE)
-        with running_gateway(data) as gateway:
-            sdk = client(gateway.base_url)
-            warm_up(sdk)
-            seen = conversation(sdk, "alice", turns=6)
+    members = {"one": engine(**SLOW_PREFILL), "two": engine(**SLOW_PREFILL)}
+    with fleet_gateway(members, policy=SLO_AWARE) as (gateway, _):
+        sdk = client(gateway.base_url)
+        warm_up(sdk)
+        seen = conversation(sdk, "alice", turns=6)
     home = seen[1][0]
     assert sum(endpoint_id == home for endpoint_id, _, _ in seen[1:]) >= 4, seen
     later = seen[2:]
@@ -87,21 +83,20 @@ def test_turns_of_a_session_land_where_their_prefix_is() -> None:
 
 
 def test_a_session_spills_when_its_holders_queue_makes_another_faster() -> None:
-    with fleet_member(engine(max_num_seqs=2)) as busy, fleet_member(engine()) as idle:
-        data = config([endpoint("busy", busy), endpoint("idle", idle)], policy=SLO_AWARE)
-        with running_gateway(data) as gateway:
-            sdk = client(gateway.base_url)
-            warm_up(sdk)
-            messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "hello"}]
-            homes = collections.Counter(turn(sdk, messages)[0] for _ in range(4))
-            flood(busy, count=12, max_tokens=300)
+    members = {"busy": engine(max_num_seqs=2), "idle": engine()}
+    with fleet_gateway(members, policy=SLO_AWARE) as (gateway, urls):
+        sdk = client(gateway.base_url)
+        warm_up(sdk)
+        messages: list[dict[str, Any]] = [SYSTEM, {"role": "user", "content": "hello"}]
+        homes = collections.Counter(turn(sdk, messages)[0] for _ in range(4))
+        flood(urls["busy"], count=12, max_tokens=300)
 
-            def queue_seen() -> bool:
-                signals = admin_endpoints(gateway.base_url)["busy"]["engine"]
-                return bool(signals and (signals["waiting"] or 0) >= 5)
+        def queue_seen() -> bool:
+            signals = admin_endpoints(gateway.base_url)["busy"]["engine"]
+            return bool(signals and (signals["waiting"] or 0) >= 5)
 
-            assert eventually(queue_seen)
-            chosen = [turn(sdk, messages)[0] for _ in range(6)]
+        assert eventually(queue_seen)
+        chosen = [turn(sdk, messages)[0] for _ in range(6)]
     assert homes  # the prefix was placed somewhere before the flood
     assert chosen.count("idle") >= 5, chosen  # a hit is worth its seconds, no more
 
@@ -140,11 +135,9 @@ def test_identical_endpoints_share_closed_loop_load(shared: bool) -> None:
         "interactive": {"ttft_ms": 5000, "priority": 10},
         "batch": {"deadline_ms": 60000, "sheddable": True},
     }
-    with fleet_member(engine()) as one, fleet_member(engine()) as two:
-        endpoints = [endpoint("one", one), endpoint("two", two)]
-        data = config(endpoints, policy=SLO_AWARE, classes=classes)
-        with running_gateway(data) as gateway:
-            warm_up(client(gateway.base_url))
-            chosen = asyncio.run(closed_loop(gateway.base_url, 64, 4, shared))
+    members = {"one": engine(), "two": engine()}
+    with fleet_gateway(members, policy=SLO_AWARE, classes=classes) as (gateway, _):
+        warm_up(client(gateway.base_url))
+        chosen = asyncio.run(closed_loop(gateway.base_url, 64, 4, shared))
     counts = collections.Counter(chosen)
     assert min(counts["one"], counts["two"]) >= 0.3 * len(chosen), counts

@@ -16,12 +16,12 @@ from tests.fixtures.gateway import (
     PROVIDER_MODEL,
     PUBLIC_MODEL,
     TENANT_KEY,
-    config,
-    endpoint,
+    Fleet,
     engine,
-    fleet_member,
+    fleet_gateway,
+    member,
+    one_engine_gateway,
     provider,
-    running_gateway,
 )
 from tests.fixtures.servers import UvicornThread
 
@@ -35,11 +35,8 @@ def sdk(gateway_url: str) -> openai.OpenAI:
 @pytest.fixture(scope="module")
 def two_engines() -> Iterator[str]:
     """Two simulated engines behind one round-robin gateway: its URL."""
-    with (
-        fleet_member(engine(default_max_tokens=6)) as one,
-        fleet_member(engine(default_max_tokens=6)) as two,
-        running_gateway(config([endpoint("e1", one), endpoint("e2", two)])) as gateway,
-    ):
+    members = {"e1": engine(default_max_tokens=6), "e2": engine(default_max_tokens=6)}
+    with fleet_gateway(members) as (gateway, _):
         yield gateway.base_url
 
 
@@ -120,14 +117,11 @@ def test_an_unstored_response_cannot_be_continued(two_engines: str) -> None:
 
 
 def test_after_the_owner_restarts_a_continued_turn_is_a_404_not_a_reroute() -> None:
-    with (
-        UvicornThread(create_engine_app(engine(default_max_tokens=4))) as owner,
-        fleet_member(engine(default_max_tokens=4)) as other,
-    ):
-        pricier = endpoint("other", other, price={"input_per_1m": 1.0})
-        data = config([endpoint("owner", owner.base_url), pricier], policy={"name": "cost_first"})
+    with UvicornThread(create_engine_app(engine(default_max_tokens=4))) as owner:
+        pricier = member(engine(default_max_tokens=4), price={"input_per_1m": 1.0})
+        members: Fleet = {"owner": owner.base_url, "other": pricier}
         port = owner.port
-        with running_gateway(data) as gateway:
+        with fleet_gateway(members, policy={"name": "cost_first"}) as (gateway, _):
             client = sdk(gateway.base_url)
             raw = client.responses.with_raw_response.create(model=PUBLIC_MODEL, input="Hi")
             first = raw.parse()
@@ -148,10 +142,7 @@ def test_after_the_owner_restarts_a_continued_turn_is_a_404_not_a_reroute() -> N
 
 def test_a_mid_stream_kill_raises_the_sdks_error() -> None:
     faults = {"drop_mid_stream": 1.0, "drop_after_tokens": 2}
-    with (
-        fleet_member(engine(faults=faults)) as url,
-        running_gateway(config([endpoint("e", url)])) as gateway,
-    ):
+    with one_engine_gateway(engine(faults=faults)) as gateway:
         seen: list[str] = []
         with pytest.raises(openai.APIError) as failed:
             for event in sdk(gateway.base_url).responses.create(
@@ -169,36 +160,32 @@ def test_a_mid_stream_kill_raises_the_sdks_error() -> None:
 
 
 def test_the_public_model_name_holds_through_a_failover() -> None:
-    with (
-        fleet_member(engine(faults={"status_code": 503})) as broken,
-        fleet_member(provider(default_max_tokens=3)) as hosted,
+    broken = engine(faults={"status_code": 503})
+    with fleet_gateway({"broken": broken, "hosted": provider(default_max_tokens=3)}) as (
+        gateway,
+        _,
     ):
-        data = config([endpoint("broken", broken), endpoint("hosted", hosted, kind="openai")])
-        with running_gateway(data) as gateway:
-            client = sdk(gateway.base_url)
-            for _ in range(2):  # round robin: one of the two starts at the broken endpoint
-                raw = client.responses.with_raw_response.create(model=PUBLIC_MODEL, input="x")
-                assert raw.parse().model == PUBLIC_MODEL
-                assert raw.headers["x-slo-gateway-upstream-model"] == PROVIDER_MODEL
-                events = list(client.responses.create(model=PUBLIC_MODEL, input="x", stream=True))
-                assert {e.response.model for e in events if hasattr(e, "response")} == {
-                    PUBLIC_MODEL
-                }
-                chunks = list(
-                    client.chat.completions.create(
-                        model=PUBLIC_MODEL,
-                        messages=[{"role": "user", "content": "x"}],
-                        stream=True,
-                    )
+        client = sdk(gateway.base_url)
+        for _ in range(2):  # round robin: one of the two starts at the broken endpoint
+            raw = client.responses.with_raw_response.create(model=PUBLIC_MODEL, input="x")
+            assert raw.parse().model == PUBLIC_MODEL
+            assert raw.headers["x-slo-gateway-upstream-model"] == PROVIDER_MODEL
+            events = list(client.responses.create(model=PUBLIC_MODEL, input="x", stream=True))
+            assert {e.response.model for e in events if hasattr(e, "response")} == {PUBLIC_MODEL}
+            chunks = list(
+                client.chat.completions.create(
+                    model=PUBLIC_MODEL,
+                    messages=[{"role": "user", "content": "x"}],
+                    stream=True,
                 )
-                assert {chunk.model for chunk in chunks} == {PUBLIC_MODEL}
+            )
+            assert {chunk.model for chunk in chunks} == {PUBLIC_MODEL}
 
 
 def test_only_endpoints_declaring_the_api_serve_it() -> None:
-    with fleet_member(engine()) as url:
-        data = config([endpoint("chat-only", url, apis=["chat"])])
-        with running_gateway(data) as gateway, pytest.raises(openai.NotFoundError) as refused:
-            sdk(gateway.base_url).responses.create(model=PUBLIC_MODEL, input="x")
+    chat_only = one_engine_gateway(endpoint_id="chat-only", endpoint_options={"apis": ["chat"]})
+    with chat_only as gateway, pytest.raises(openai.NotFoundError) as refused:
+        sdk(gateway.base_url).responses.create(model=PUBLIC_MODEL, input="x")
     assert "not served through this API" in refused.value.message
 
 
@@ -210,16 +197,14 @@ def test_models_retrieve_answers_the_public_name(two_engines: str) -> None:
 
 
 def test_the_switch_returns_the_upstream_name() -> None:
-    with fleet_member(engine(default_max_tokens=2)) as url:
-        data = config([endpoint("e", url)])
-        data["server"]["response_model"] = "upstream"
-        with running_gateway(data) as gateway:
-            client = sdk(gateway.base_url)
-            response = client.responses.create(model=PUBLIC_MODEL, input="x")
-            events = list(client.responses.create(model=PUBLIC_MODEL, input="x", stream=True))
-            chat = client.chat.completions.with_raw_response.create(
-                model=PUBLIC_MODEL, messages=[{"role": "user", "content": "x"}]
-            )
+    server = {"admin_key_env": "TEST_ADMIN_KEY", "response_model": "upstream"}
+    with one_engine_gateway(engine(default_max_tokens=2), server=server) as gateway:
+        client = sdk(gateway.base_url)
+        response = client.responses.create(model=PUBLIC_MODEL, input="x")
+        events = list(client.responses.create(model=PUBLIC_MODEL, input="x", stream=True))
+        chat = client.chat.completions.with_raw_response.create(
+            model=PUBLIC_MODEL, messages=[{"role": "user", "content": "x"}]
+        )
     assert response.model == ENGINE_MODEL
     assert events[0].response.model == ENGINE_MODEL  # type: ignore[union-attr]
     assert chat.parse().model == ENGINE_MODEL

@@ -15,11 +15,12 @@ from tests.fixtures.gateway import (
     TENANT_KEY,
     admin_endpoints,
     chat_body,
-    config,
-    endpoint,
     engine,
     eventually,
-    fleet_member,
+    fleet_config,
+    fleet_gateway,
+    member,
+    one_engine_gateway,
     running_gateway,
     runtime_of,
 )
@@ -49,43 +50,37 @@ def flood(root_url: str, count: int, max_tokens: int) -> list[threading.Thread]:
 
 
 def test_interactive_requests_avoid_an_engine_whose_queue_is_long() -> None:
-    with (
-        fleet_member(engine(max_num_seqs=2)) as busy,
-        fleet_member(engine()) as idle,
-    ):
-        data = config([endpoint("busy", busy), endpoint("idle", idle)], policy=SLO_AWARE)
-        with running_gateway(data) as gateway:
-            flood(busy, count=12, max_tokens=300)
+    members = {"busy": engine(max_num_seqs=2), "idle": engine()}
+    with fleet_gateway(members, policy=SLO_AWARE) as (gateway, urls):
+        flood(urls["busy"], count=12, max_tokens=300)
 
-            def queue_seen() -> bool:
-                signals = admin_endpoints(gateway.base_url)["busy"]["engine"]
-                return bool(signals and (signals["waiting"] or 0) >= 5)
+        def queue_seen() -> bool:
+            signals = admin_endpoints(gateway.base_url)["busy"]["engine"]
+            return bool(signals and (signals["waiting"] or 0) >= 5)
 
-            assert eventually(queue_seen)
-            chosen = [
-                chat(gateway.base_url, "Hi").headers["x-slo-gateway-endpoint"] for _ in range(10)
-            ]
+        assert eventually(queue_seen)
+        chosen = [chat(gateway.base_url, "Hi").headers["x-slo-gateway-endpoint"] for _ in range(10)]
     assert chosen.count("idle") >= 9, chosen
 
 
 def test_a_long_prompt_goes_to_the_fastest_prefill_even_when_a_short_one_does_not() -> None:
     fast = engine(prefill_per_token_s=0.00004, prefill_quadratic_s=0.0)
     slow = engine(prefill_per_token_s=0.0004, prefill_quadratic_s=0.0)
-    with fleet_member(fast) as fast_url, fleet_member(slow) as slow_url:
-        endpoints = [
-            endpoint("fast-prefill", fast_url, price={"input_per_1m": 1.0, "output_per_1m": 2.0}),
-            endpoint("slow-prefill", slow_url, price={"input_per_1m": 0.1, "output_per_1m": 0.2}),
-        ]
-        with running_gateway(config(endpoints)) as gateway:  # round robin while warming up
-            for i, length in enumerate([100, 1500] * 6):
-                # Unique prompts (the engines cache prefixes): each warm-up measures a cold prefill.
-                prompt = f"{i:04d}" + "w" * 4 * length
-                warmup = chat(gateway.base_url, prompt, stream=True)  # streams: TTFT
-                assert warmup.status_code == 200
-            runtime_of(gateway).apply(parse_config(config(endpoints, policy=SLO_AWARE)))
-            assert eventually(lambda: _warm(gateway.base_url), 5)
-            short = chat(gateway.base_url, "s" * 4 * 100)
-            long = chat(gateway.base_url, "l" * 4 * 6000)
+    members = {
+        "fast-prefill": member(fast, price={"input_per_1m": 1.0, "output_per_1m": 2.0}),
+        "slow-prefill": member(slow, price={"input_per_1m": 0.1, "output_per_1m": 0.2}),
+    }
+    # Round robin while warming up; then the same config with the SLO-aware policy.
+    with fleet_config(members) as (data, _), running_gateway(data) as gateway:
+        for i, length in enumerate([100, 1500] * 6):
+            # Unique prompts (the engines cache prefixes): each warm-up measures a cold prefill.
+            prompt = f"{i:04d}" + "w" * 4 * length
+            warmup = chat(gateway.base_url, prompt, stream=True)  # streams: TTFT
+            assert warmup.status_code == 200
+        runtime_of(gateway).apply(parse_config(data | {"policy": SLO_AWARE}))
+        assert eventually(lambda: _warm(gateway.base_url), 5)
+        short = chat(gateway.base_url, "s" * 4 * 100)
+        long = chat(gateway.base_url, "l" * 4 * 6000)
     assert short.headers["x-slo-gateway-endpoint"] == "slow-prefill"  # cheapest meeting the SLO
     assert long.headers["x-slo-gateway-endpoint"] == "fast-prefill"
     assert long.headers["x-slo-gateway-at-risk"] == "false"
@@ -129,19 +124,17 @@ class Ramp:
 
 def test_under_a_kv_pressure_ramp_batch_is_shed_while_interactive_keeps_its_ttft() -> None:
     small = engine(num_gpu_blocks=256, max_model_len=4096, max_num_seqs=32)
-    with fleet_member(small) as engine_url:
-        data = config([endpoint("e1", engine_url)], policy={"name": "least_loaded"})
-        with running_gateway(data) as gateway:
-            ramp = Ramp(gateway.base_url)
-            batch_threads = []
-            for _ in range(24):  # about 700 KV tokens each: the 4096-token pool fills
-                thread = threading.Thread(target=ramp.batch_request, daemon=True)
-                thread.start()
-                batch_threads.append(thread)
-                time.sleep(0.25)
-                ramp.interactive_request()
-            for thread in batch_threads:
-                thread.join(60)
+    with one_engine_gateway(small, "e1", policy={"name": "least_loaded"}) as gateway:
+        ramp = Ramp(gateway.base_url)
+        batch_threads = []
+        for _ in range(24):  # about 700 KV tokens each: the 4096-token pool fills
+            thread = threading.Thread(target=ramp.batch_request, daemon=True)
+            thread.start()
+            batch_threads.append(thread)
+            time.sleep(0.25)
+            ramp.interactive_request()
+        for thread in batch_threads:
+            thread.join(60)
     shed = [reason for status, reason in ramp.batch if status == 429]
     assert shed, ramp.batch
     assert set(shed) <= {"saturated", "reserved_for_higher_priority"}
@@ -161,42 +154,45 @@ def hold_stream(url: str, results: list[int], release: threading.Event) -> None:
         release.wait(30)
 
 
+def hold_slots(url: str, held: list[int], release: threading.Event) -> list[threading.Thread]:
+    """Start two streams that each hold a concurrency slot until `release` (the endpoint's
+    max_concurrency); returns once both hold theirs, each having added its status to `held`."""
+    expected = len(held) + 2
+    holders = [
+        threading.Thread(target=hold_stream, args=(url, held, release), daemon=True)
+        for _ in range(2)
+    ]
+    for thread in holders:
+        thread.start()
+    assert eventually(lambda: len(held) == expected)
+    return holders
+
+
 def test_a_non_sheddable_request_waits_for_capacity_then_misses_nothing() -> None:
     """At the concurrency limit an interactive request queues (not shed) and is dispatched when
     a slot frees; one whose TTFT deadline passes while waiting gets 503 deadline_unreachable."""
-    with fleet_member(engine()) as engine_url:
-        limited = endpoint("e1", engine_url, max_concurrency=2)
-        data = config([limited], admission={"queue_max_wait_s": 3.0})
-        with running_gateway(data) as gateway:
-            url = gateway.base_url + "/v1/chat/completions"
-            held: list[int] = []
-            release = threading.Event()
-            holders = [
-                threading.Thread(target=hold_stream, args=(url, held, release), daemon=True)
-                for _ in range(2)
-            ]
-            for thread in holders:
-                thread.start()
-            assert eventually(lambda: len(held) == 2)
-            threading.Timer(0.5, release.set).start()  # a slot frees after half a second
-            started = time.perf_counter()
-            queued = chat(gateway.base_url, "q")
-            waited_s = time.perf_counter() - started
-            for thread in holders:
-                thread.join(30)
-            release.clear()
-            holders = [
-                threading.Thread(target=hold_stream, args=(url, held, release), daemon=True)
-                for _ in range(2)
-            ]
-            for thread in holders:
-                thread.start()
-            assert eventually(lambda: len(held) == 4)
-            expired = chat(gateway.base_url, "late")
-            batch = httpx.post(
-                url, json=chat_body(max_tokens=4), headers=AUTH | {"x-slo-class": "batch"}
-            )
-            release.set()
+    with one_engine_gateway(
+        endpoint_id="e1",
+        endpoint_options={"max_concurrency": 2},
+        admission={"queue_max_wait_s": 3.0},
+    ) as gateway:
+        url = gateway.base_url + "/v1/chat/completions"
+        held: list[int] = []
+        release = threading.Event()
+        holders = hold_slots(url, held, release)
+        threading.Timer(0.5, release.set).start()  # a slot frees after half a second
+        started = time.perf_counter()
+        queued = chat(gateway.base_url, "q")
+        waited_s = time.perf_counter() - started
+        for thread in holders:
+            thread.join(30)
+        release.clear()
+        hold_slots(url, held, release)
+        expired = chat(gateway.base_url, "late")
+        batch = httpx.post(
+            url, json=chat_body(max_tokens=4), headers=AUTH | {"x-slo-class": "batch"}
+        )
+        release.set()
     assert queued.status_code == 200 and waited_s >= 0.4
     assert expired.status_code == 503
     assert expired.headers["x-slo-gateway-reason"] == "deadline_unreachable"

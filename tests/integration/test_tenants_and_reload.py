@@ -11,17 +11,15 @@ import httpx
 import pytest
 import yaml
 
+from tests.faults.clients import Load
 from tests.fixtures.gateway import (
     OTHER_TENANT_KEY,
     TENANT_KEY,
-    GatewayProcess,
     chat_body,
-    config,
-    endpoint,
-    engine,
     eventually,
-    fleet_member,
+    one_engine_config,
 )
+from tests.fixtures.processes import GatewayProcess, two_replicas
 
 pytestmark = pytest.mark.integration
 
@@ -60,11 +58,9 @@ class HeldStream:
 def test_tenant_limits_are_exact_across_two_gateway_processes(
     redis_url: str, key_prefix: str, tmp_path: Path
 ) -> None:
-    env = {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_REDIS_PREFIX": key_prefix}
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e1", engine_url)])
+    with one_engine_config(endpoint_id="e1") as data:
         data = limited(limited(data, "acme", max_concurrent=3), "zeta", requests_per_min=5)
-        with GatewayProcess(data, tmp_path, **env) as a, GatewayProcess(data, tmp_path, **env) as b:
+        with two_replicas(data, tmp_path, redis_url, key_prefix) as (a, b):
             urls = [g.base_url + "/v1/chat/completions" for g in (a, b)]
             streams = [HeldStream(urls[i % 2], TENANT_KEY) for i in range(8)]
             assert eventually(lambda: all(s.status is not None for s in streams), 20)
@@ -90,63 +86,35 @@ def test_tenant_limits_are_exact_across_two_gateway_processes(
     assert refused[0].json()["error"]["code"] == "tenant_rate_limited"
 
 
-class Load:
-    def __init__(self, url: str, key: str) -> None:
-        self.url, self.key = url, key
-        self.statuses: list[int] = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(3)]
-
-    def _run(self) -> None:
-        headers = {"authorization": f"Bearer {self.key}"}
-        while not self._stop.is_set():
-            body = chat_body(max_tokens=30, stream=True)
-            try:
-                response = httpx.post(self.url, json=body, headers=headers, timeout=30)
-                ok = response.status_code == 200 and "data: [DONE]" in response.text
-                self.statuses.append(200 if ok else response.status_code)
-            except httpx.HTTPError:
-                self.statuses.append(0)
-
-    def __enter__(self) -> Load:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(30)
-
-
 def test_hot_reload_mid_load_drops_nothing_and_rejects_an_invalid_file(tmp_path: Path) -> None:
     new_key_env = {"TEST_NEW_TENANT_KEY": "sk-test-new-tenant"}
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e1", engine_url)])
-        with GatewayProcess(data, tmp_path, **new_key_env) as gateway:
-            url = gateway.base_url + "/v1/chat/completions"
-            new_tenant = {"authorization": "Bearer sk-test-new-tenant"}
-            assert httpx.post(url, json=chat_body(), headers=new_tenant).status_code == 401
-            with Load(url, TENANT_KEY) as load:
-                assert eventually(lambda: len(load.statuses) >= 10)
-                data["tenants"]["newco"] = {
-                    "api_key_env": "TEST_NEW_TENANT_KEY",
-                    "allowed_classes": ["interactive"],
-                    "default_class": "interactive",
-                }
-                data["policy"] = {"name": "least_loaded"}
-                gateway.config_path.write_text(yaml.safe_dump(data))
-                assert gateway.process is not None
-                gateway.process.send_signal(signal.SIGHUP)
-                ok = httpx.post(url, json=chat_body(max_tokens=2), headers=new_tenant)
-                assert eventually(lambda: _status(url, new_tenant) == 200)
-                gateway.config_path.write_text("endpoints: [this is: not valid")
-                assert eventually(lambda: _reloads(gateway.base_url, "rejected") == 1)
-                assert _status(url, new_tenant) == 200  # the running config was kept
-                seen = len(load.statuses)
-                assert eventually(lambda: len(load.statuses) >= seen + 10)
+    with (
+        one_engine_config(endpoint_id="e1") as data,
+        GatewayProcess(data, tmp_path, **new_key_env) as gateway,
+    ):
+        url = gateway.base_url + "/v1/chat/completions"
+        new_tenant = {"authorization": "Bearer sk-test-new-tenant"}
+        assert httpx.post(url, json=chat_body(), headers=new_tenant).status_code == 401
+        with Load(gateway.base_url, threads=3, max_tokens=30) as load:  # as TENANT_KEY
+            assert eventually(lambda: len(load.results) >= 10)
+            data["tenants"]["newco"] = {
+                "api_key_env": "TEST_NEW_TENANT_KEY",
+                "allowed_classes": ["interactive"],
+                "default_class": "interactive",
+            }
+            data["policy"] = {"name": "least_loaded"}
+            gateway.config_path.write_text(yaml.safe_dump(data))
+            assert gateway.process is not None
+            gateway.process.send_signal(signal.SIGHUP)
+            ok = httpx.post(url, json=chat_body(max_tokens=2), headers=new_tenant)
+            assert eventually(lambda: _status(url, new_tenant) == 200)
+            gateway.config_path.write_text("endpoints: [this is: not valid")
+            assert eventually(lambda: _reloads(gateway.base_url, "rejected") == 1)
+            assert _status(url, new_tenant) == 200  # the running config was kept
+            seen = len(load.results)
+            assert eventually(lambda: len(load.results) >= seen + 10)
     assert ok.status_code in (200, 401)  # racing the reload: either config, never an error
-    assert set(load.statuses) == {200}
+    assert load.results and not load.failures()  # each a 200 that ended with [DONE]
 
 
 def _reloads(base_url: str, result: str) -> float:

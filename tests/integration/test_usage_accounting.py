@@ -4,7 +4,6 @@ the usage counters."""
 
 from __future__ import annotations
 
-import copy
 import csv
 import io
 import math
@@ -27,43 +26,33 @@ from tests.fixtures.gateway import (
     PUBLIC_MODEL,
     TENANT_KEY,
     chat_body,
-    config,
     counter_sum,
-    endpoint,
     engine,
-    fleet_member,
+    fleet_gateway,
+    member,
+    one_engine_config,
+    one_engine_gateway,
     provider,
     running_gateway,
     runtime_of,
+    tenants_with,
 )
 
 pytestmark = pytest.mark.integration
 PRICE = {"input_per_1m": 0.5, "output_per_1m": 1.5, "cached_input_per_1m": 0.05}
+PRICED: dict[str, Any] = {"endpoint_id": "e1", "endpoint_options": {"price": PRICE}}
 MESSAGES: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "Tell me about tokens please"}
 ]
 
 
-def tenant_limits(data: dict[str, Any], tenant: str, **fields: Any) -> dict[str, Any]:
-    data["tenants"][tenant] |= fields
-    return data
-
-
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[str]:
     """One engine and one provider behind a gateway; acme has request and token limits."""
-    with fleet_member(engine()) as engine_url, fleet_member(provider()) as provider_url:
-        data = config(
-            [
-                endpoint("e1", engine_url, price=PRICE),
-                endpoint("p1", provider_url, kind="openai", price=PRICE),
-            ]
-        )
-        data = tenant_limits(
-            data, "acme", limits={"tokens_per_min": 100_000, "requests_per_min": 1000}
-        )
-        with running_gateway(data) as server:
-            yield server.base_url
+    members = {"e1": member(engine(), price=PRICE), "p1": member(provider(), price=PRICE)}
+    limits = {"tokens_per_min": 100_000, "requests_per_min": 1000}
+    with fleet_gateway(members, tenants=tenants_with(acme={"limits": limits})) as (server, _):
+        yield server.base_url
 
 
 def client(base_url: str, key: str = TENANT_KEY) -> OpenAI:
@@ -227,20 +216,21 @@ def test_admin_usage_is_admin_only_and_validates_its_query(
 
 
 def test_anthropic_route_gets_headers_and_its_own_error_shape() -> None:
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e1", engine_url, apis=["chat", "messages"])])
-        data = tenant_limits(data, "acme", limits={"requests_per_min": 1})
-        with running_gateway(data) as server:
-            sdk = Anthropic(base_url=server.base_url, api_key=TENANT_KEY, max_retries=0)
-            first = sdk.messages.with_raw_response.create(
-                model=PUBLIC_MODEL, max_tokens=5, messages=[{"role": "user", "content": "hi"}]
-            )
-            assert first.headers["x-ratelimit-remaining-requests"] == "0"
-            refused = httpx.post(
-                server.base_url + "/v1/messages",
-                json={"model": PUBLIC_MODEL, "max_tokens": 5, "messages": MESSAGES},
-                headers={"x-api-key": TENANT_KEY},
-            )
+    with one_engine_gateway(
+        endpoint_id="e1",
+        endpoint_options={"apis": ["chat", "messages"]},
+        tenants=tenants_with(acme={"limits": {"requests_per_min": 1}}),
+    ) as server:
+        sdk = Anthropic(base_url=server.base_url, api_key=TENANT_KEY, max_retries=0)
+        first = sdk.messages.with_raw_response.create(
+            model=PUBLIC_MODEL, max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        )
+        assert first.headers["x-ratelimit-remaining-requests"] == "0"
+        refused = httpx.post(
+            server.base_url + "/v1/messages",
+            json={"model": PUBLIC_MODEL, "max_tokens": 5, "messages": MESSAGES},
+            headers={"x-api-key": TENANT_KEY},
+        )
     assert refused.status_code == 429
     assert refused.json()["type"] == "error"
     assert refused.json()["error"]["type"] == "rate_limit_error"
@@ -259,14 +249,12 @@ def test_openai_sdk_sees_a_refusal_as_rate_limit_error(gateway: str) -> None:
 
 def test_budget_refuses_with_retry_after_until_midnight_and_alerts_once() -> None:
     budget = {"usd_per_day": 0.000001, "soft_alert_fraction": 0.5}
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e1", engine_url, price=PRICE)])
-        with running_gateway(tenant_limits(data, "acme", budget=budget)) as server:
-            sdk = client(server.base_url)
+    with one_engine_gateway(**PRICED, tenants=tenants_with(acme={"budget": budget})) as server:
+        sdk = client(server.base_url)
+        sdk.chat.completions.create(model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=3)
+        with pytest.raises(RateLimitError) as refused:
             sdk.chat.completions.create(model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=3)
-            with pytest.raises(RateLimitError) as refused:
-                sdk.chat.completions.create(model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=3)
-            metrics = httpx.get(server.base_url + "/metrics").text
+        metrics = httpx.get(server.base_url + "/metrics").text
     error = refused.value
     assert error.code == "tenant_budget_exceeded"
     assert error.type == "rate_limit_error"
@@ -277,14 +265,12 @@ def test_budget_refuses_with_retry_after_until_midnight_and_alerts_once() -> Non
 
 
 def test_a_budget_applies_on_reload() -> None:
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e1", engine_url, price=PRICE)])
-        with running_gateway(data) as server:
-            sdk = client(server.base_url)
-            for _ in range(2):  # no budget: both served
-                sdk.chat.completions.create(model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=2)
-            budgeted = tenant_limits(copy.deepcopy(data), "acme", budget={"usd_per_day": 1e-6})
-            runtime_of(server).apply(parse_config(budgeted, "test"))
-            with pytest.raises(RateLimitError) as refused:  # the day's spend is already over
-                sdk.chat.completions.create(model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=2)
+    with one_engine_config(**PRICED) as data, running_gateway(data) as server:
+        sdk = client(server.base_url)
+        for _ in range(2):  # no budget: both served
+            sdk.chat.completions.create(model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=2)
+        budgeted = data | {"tenants": tenants_with(acme={"budget": {"usd_per_day": 1e-6}})}
+        runtime_of(server).apply(parse_config(budgeted, "test"))
+        with pytest.raises(RateLimitError) as refused:  # the day's spend is already over
+            sdk.chat.completions.create(model=PUBLIC_MODEL, messages=MESSAGES, max_tokens=2)
     assert refused.value.code == "tenant_budget_exceeded"

@@ -20,13 +20,13 @@ from gateway.core.usage import cost_pusd
 from gateway.state.keys import KeySpace
 from tests.fixtures.gateway import (
     PUBLIC_MODEL,
-    GatewayProcess,
     config,
     endpoint,
     engine,
     fleet_member,
     usage_view,
 )
+from tests.fixtures.processes import two_replicas
 
 pytestmark = [pytest.mark.integration, pytest.mark.redis]
 TENANTS = [f"t{i}" for i in range(3)]
@@ -99,10 +99,9 @@ def window_total(redis_url: str, prefix: str, tenant: str) -> int:
 def test_windows_and_usage_equal_the_clients_usage_exactly(
     redis_url: str, key_prefix: str, tmp_path: Path
 ) -> None:
-    env = {"GATEWAY_REDIS_URL": redis_url, "GATEWAY_REDIS_PREFIX": key_prefix}
     with fleet_member(engine()) as engine_url:
         data = tenants_config(engine_url)
-        with GatewayProcess(data, tmp_path, **env) as a, GatewayProcess(data, tmp_path, **env) as b:
+        with two_replicas(data, tmp_path, redis_url, key_prefix) as (a, b):
             reported = asyncio.run(load([a.base_url, b.base_url]))
             expected = {t: sum(p + c for p, c in usages) for t, usages in reported.items()}
             deadline = time.monotonic() + 10  # the write-behind lands within milliseconds

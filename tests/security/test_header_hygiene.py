@@ -3,26 +3,30 @@ heads and upstream response heads are bounded; a malformed x-request-id never tr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.faults.clients import eventually
 from tests.faults.upstreams import OK_BODY, Answer, ScriptedUpstream, Seen, serving
 from tests.fixtures.gateway import (
     TENANT_KEY,
-    GatewayProcess,
     chat_body,
-    config,
-    endpoint,
     engine,
-    fleet_member,
-    running_gateway,
+    eventually,
+    fleet_gateway,
+    gateway_for,
+    one_engine_config,
+    one_engine_gateway,
 )
+from tests.fixtures.processes import GatewayProcess
+from tests.fixtures.servers import UvicornThread
 from tests.fuzz.openai_errors import openai_error
 
 pytestmark = pytest.mark.integration
@@ -56,7 +60,7 @@ def test_hop_by_hop_headers_and_cookies_from_the_upstream_are_not_relayed(
     extra: dict[str, object],
 ) -> None:
     upstream = ScriptedUpstream(noisy)
-    with serving(upstream) as url, running_gateway(config([endpoint("e", url)])) as gateway:
+    with serving(upstream) as url, gateway_for(url) as gateway:
         body = chat_body(max_tokens=2) | extra
         response = httpx.post(gateway.base_url + "/v1/chat/completions", json=body, headers=AUTH)
     assert response.status_code in (200, 400)
@@ -67,16 +71,17 @@ def test_hop_by_hop_headers_and_cookies_from_the_upstream_are_not_relayed(
 
 
 def test_an_oversized_request_head_is_refused_with_a_431(tmp_path: Path) -> None:
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e", engine_url)], server={"max_header_bytes": 4096})
-        with GatewayProcess(data, tmp_path) as gateway:
-            url = gateway.base_url + "/v1/chat/completions"
-            body = chat_body(max_tokens=2)
-            small = httpx.post(url, json=body, headers=AUTH | {"x-pad": "p" * 2000})
-            large = httpx.post(url, json=body, headers=AUTH | {"x-pad": "p" * 8000})
-            many = httpx.post(url, json=body, headers=AUTH | {f"x-h{i}": "v" for i in range(600)})
-            endless = endless_header(gateway.port, 5_000_000)
-            after = httpx.post(url, json=body, headers=AUTH)
+    with (
+        one_engine_config(server={"max_header_bytes": 4096}) as data,
+        GatewayProcess(data, tmp_path) as gateway,
+    ):
+        url = gateway.base_url + "/v1/chat/completions"
+        body = chat_body(max_tokens=2)
+        small = httpx.post(url, json=body, headers=AUTH | {"x-pad": "p" * 2000})
+        large = httpx.post(url, json=body, headers=AUTH | {"x-pad": "p" * 8000})
+        many = httpx.post(url, json=body, headers=AUTH | {f"x-h{i}": "v" for i in range(600)})
+        endless = endless_header(gateway.port, 5_000_000)
+        after = httpx.post(url, json=body, headers=AUTH)
     assert small.status_code == 200 and after.status_code == 200
     for response in (large, many):
         assert response.status_code == 431
@@ -101,14 +106,21 @@ def huge_headers(seen: Seen) -> Answer:
     return Answer(200, [("x-huge", "h" * 100_000)])
 
 
+@contextlib.contextmanager
+def huge_then_good(**sections: Any) -> Iterator[UvicornThread]:
+    """A gateway over an upstream with oversized headers ("a-huge") and a healthy engine
+    ("b-good"): what both tests below set up, one for requests and one for health probes."""
+    with (
+        serving(ScriptedUpstream(huge_headers)) as bad,
+        fleet_gateway({"a-huge": bad, "b-good": engine()}, **sections) as (gateway, _),
+    ):
+        yield gateway
+
+
 def test_an_upstream_with_oversized_headers_fails_the_attempt_not_the_gateway() -> None:
-    with serving(ScriptedUpstream(huge_headers)) as bad, fleet_member(engine()) as good:
-        endpoints = [endpoint("a-huge", bad), endpoint("b-good", good)]
-        with running_gateway(config(endpoints)) as gateway:
-            url = gateway.base_url + "/v1/chat/completions"
-            responses = [
-                httpx.post(url, json=chat_body(max_tokens=2), headers=AUTH) for _ in range(4)
-            ]
+    with huge_then_good() as gateway:
+        url = gateway.base_url + "/v1/chat/completions"
+        responses = [httpx.post(url, json=chat_body(max_tokens=2), headers=AUTH) for _ in range(4)]
     assert {r.status_code for r in responses} == {200}
     assert {r.headers["x-slo-gateway-endpoint"] for r in responses} == {"b-good"}
     assert all("x-huge" not in r.headers for r in responses)
@@ -116,22 +128,20 @@ def test_an_upstream_with_oversized_headers_fails_the_attempt_not_the_gateway() 
 
 def test_health_probes_survive_an_endpoint_with_oversized_headers() -> None:
     state = {"health_interval_s": 0.1, "breaker_failures": 2, "breaker_cooldown_s": 30.0}
-    with serving(ScriptedUpstream(huge_headers)) as bad, fleet_member(engine()) as good:
-        endpoints = [endpoint("a-huge", bad), endpoint("b-good", good)]
-        with running_gateway(config(endpoints, state=state | {"refresh_s": 0.05})) as gateway:
+    with huge_then_good(state=state | {"refresh_s": 0.05}) as gateway:
 
-            def phases() -> dict[str, str]:
-                readyz = httpx.get(gateway.base_url + "/readyz").json()
-                return dict(readyz["endpoints"])
+        def phases() -> dict[str, str]:
+            readyz = httpx.get(gateway.base_url + "/readyz").json()
+            return dict(readyz["endpoints"])
 
-            assert eventually(lambda: phases()["a-huge"] == "breaker_open", 5), phases()
-            assert phases()["b-good"] == "available"
+        assert eventually(lambda: phases()["a-huge"] == "breaker_open", 5), phases()
+        assert phases()["b-good"] == "available"
 
 
 @pytest.mark.parametrize("request_id", ["has space", "x" * 200, "semi;colon", "ünïcode"])
 def test_a_malformed_request_id_is_replaced_before_it_goes_upstream(request_id: str) -> None:
     upstream = ScriptedUpstream()
-    with serving(upstream) as url, running_gateway(config([endpoint("e", url)])) as gateway:
+    with serving(upstream) as url, gateway_for(url) as gateway:
         headers = AUTH | {"x-request-id": request_id}
         response = httpx.post(
             gateway.base_url + "/v1/chat/completions",
@@ -155,7 +165,7 @@ SLASHED = [
 
 
 def test_a_trailing_slash_is_a_404_never_a_redirect_to_the_clients_host() -> None:
-    with fleet_member(engine()) as url, running_gateway(config([endpoint("e", url)])) as gateway:
+    with one_engine_gateway() as gateway:
         responses = [
             httpx.request(
                 method,

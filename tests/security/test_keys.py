@@ -17,31 +17,34 @@ from tests.fixtures.gateway import (
     ADMIN_KEY,
     OTHER_TENANT_KEY,
     TENANT_KEY,
+    TENANTS,
     chat_body,
     config,
     endpoint,
-    engine,
-    fleet_member,
-    running_gateway,
+    one_engine_gateway,
 )
 
 pytestmark = pytest.mark.integration
 HASHED_KEY = "sk-test-tenant-stored-as-a-hash"
 
 
-def hashed_config(engine_url: str) -> dict[str, object]:
-    data = config([endpoint("e", engine_url)])
-    data["tenants"]["hashed"] = {
+# The suite's tenants and one more whose key the config holds only as its SHA-256 digest.
+WITH_HASHED = TENANTS | {
+    "hashed": {
         "api_key_sha256": [hash_key(HASHED_KEY)],
         "allowed_classes": ["batch"],
         "default_class": "batch",
     }
-    return data
+}
+
+
+def hashed_config(engine_url: str) -> dict[str, object]:
+    return config([endpoint("e", engine_url)], tenants=WITH_HASHED)
 
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[str]:
-    with fleet_member(engine()) as url, running_gateway(hashed_config(url)) as server:
+    with one_engine_gateway(tenants=WITH_HASHED) as server:
         yield server.base_url
 
 

@@ -18,13 +18,13 @@ from tests.fixtures.gateway import (
     PROVIDER_KEY,
     PUBLIC_MODEL,
     TENANT_KEY,
-    LoggedGateway,
     chat_body,
     config,
     endpoint,
     fleet_member,
     provider,
 )
+from tests.fixtures.processes import LoggedGateway
 from tests.fixtures.servers import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

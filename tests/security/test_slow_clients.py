@@ -18,15 +18,11 @@ import pytest
 
 from tests.fixtures.gateway import (
     TENANT_KEY,
-    LoggedGateway,
     chat_body,
-    config,
-    endpoint,
-    engine,
     eventually,
-    fleet_member,
-    request_lines,
+    one_engine_config,
 )
+from tests.fixtures.processes import LoggedGateway, request_lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 HEADER_TIMEOUT_S, BODY_TIMEOUT_S = 1.0, 1.5
@@ -106,10 +102,11 @@ def steady_requests(base_url: str) -> Iterator[list[tuple[int, float]]]:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoggedGateway]:
     server = {"header_timeout_s": HEADER_TIMEOUT_S, "body_timeout_s": BODY_TIMEOUT_S}
-    with fleet_member(engine()) as engine_url:
-        data = config([endpoint("e", engine_url)], server=server)
-        with LoggedGateway(data, tmp_path_factory.mktemp("slow")) as running:
-            yield running
+    with (
+        one_engine_config(server=server) as data,
+        LoggedGateway(data, tmp_path_factory.mktemp("slow")) as running,
+    ):
+        yield running
 
 
 def test_slow_or_silent_heads_are_cut_and_other_clients_are_unaffected(

@@ -20,9 +20,7 @@ from tests.fixtures.gateway import (
     PUBLIC_MODEL,
     TENANT_KEY,
     chat_body,
-    config,
-    endpoint,
-    running_gateway,
+    gateway_for,
 )
 
 pytestmark = pytest.mark.integration
@@ -32,7 +30,7 @@ SECRETS = (PROVIDER_KEY, TENANT_KEY, ADMIN_KEY)
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[str]:
     upstream = ScriptedUpstream(echo_secrets)
-    with serving(upstream) as url, running_gateway(config([endpoint("e", url, "openai")])) as gw:
+    with serving(upstream) as url, gateway_for(url, kind="openai") as gw:
         yield gw.base_url
 
 

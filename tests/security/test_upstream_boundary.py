@@ -12,14 +12,7 @@ import httpx
 import pytest
 
 from tests.faults.upstreams import Answer, ScriptedUpstream, Seen, serving
-from tests.fixtures.gateway import (
-    PROVIDER_KEY,
-    TENANT_KEY,
-    chat_body,
-    config,
-    endpoint,
-    running_gateway,
-)
+from tests.fixtures.gateway import PROVIDER_KEY, TENANT_KEY, chat_body, gateway_for
 
 pytestmark = pytest.mark.integration
 CLIENT_HEADERS = {
@@ -44,7 +37,7 @@ def header_names(seen: Seen) -> set[str]:
 @pytest.mark.parametrize("kind", ["openai", "vllm"])
 def test_the_clients_authorization_and_headers_never_reach_the_upstream(kind: str) -> None:
     upstream = ScriptedUpstream()
-    with serving(upstream) as url, running_gateway(config([endpoint("e", url, kind=kind)])) as gw:
+    with serving(upstream) as url, gateway_for(url, kind=kind) as gw:
         response = httpx.post(
             gw.base_url + "/v1/chat/completions",
             json=chat_body(max_tokens=2),
@@ -80,7 +73,7 @@ def test_a_client_supplied_url_is_never_fetched() -> None:
             "x-original-url": target,
             "forwarded": f"host={canary_url.removeprefix('http://')}",
         }
-        with running_gateway(config([endpoint("e", real_url)])) as gateway:
+        with gateway_for(real_url) as gateway:
             url = gateway.base_url + "/v1/chat/completions"
             ok = httpx.post(url, json=body, headers=headers)
             as_model = httpx.post(url, json=body | {"model": target}, headers=headers)
@@ -122,11 +115,8 @@ def test_upstream_redirects_are_not_followed(kind: str, probed: set[str]) -> Non
 
         redirecting = ScriptedUpstream(redirect)
         with serving(redirecting) as url:
-            data = config(
-                [endpoint("e", url, kind=kind)],
-                state={"health_interval_s": 0.1, "scrape_interval_s": 0.1},
-            )
-            with running_gateway(data) as gateway:
+            state = {"health_interval_s": 0.1, "scrape_interval_s": 0.1}
+            with gateway_for(url, kind=kind, state=state) as gateway:
                 chat = gateway.base_url + "/v1/chat/completions"
                 headers = {"authorization": f"Bearer {TENANT_KEY}"}
                 responses = [httpx.post(chat, json=chat_body(max_tokens=2), headers=headers)]

@@ -75,12 +75,6 @@ async def upstream() -> AsyncIterator[tuple[Upstream, str]]:
         yield server, url
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as shared:
-        yield shared
-
-
 def test_probe_targets() -> None:
     url = "http://h:1"
     assert probe_url(endpoint("e", "vllm", url)) == "http://h:1/health"

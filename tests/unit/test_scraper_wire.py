@@ -65,12 +65,6 @@ async def metrics() -> AsyncIterator[tuple[MetricsServer, str]]:
         yield server, url
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as shared:
-        yield shared
-
-
 async def test_signals_carry_their_age_and_go_unknown_when_stale(
     metrics: tuple[MetricsServer, str], client: httpx.AsyncClient
 ) -> None:
