@@ -12,13 +12,13 @@ while other systems ran) and warms up with the phase's own shape, so neither poo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.relay.load import Sample, Tally, Target, closed_loop, open_loop
 from benchmarks.relay.procs import self_cpu_s
+from gateway.bench.percentile import percentile
 
 WARM_CONCURRENCY = 16
 
@@ -51,14 +51,6 @@ PHASES = (
 CpuReader = Callable[[], Mapping[str, float]]  # process role -> CPU seconds so far
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..1); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
 async def measure(
     target: Target, phase: Phase, duration_s: float, warm_s: float, cpu: CpuReader
 ) -> dict[str, Any]:
@@ -82,10 +74,10 @@ def summarise(tally: Tally) -> dict[str, Any]:
         "timeouts": tally.timeouts,
         "dropped": tally.dropped,
         "wall_s": round(tally.wall_s, 3),
-        "p50_ms": _round(percentile(latencies, 0.5)),
-        "p99_ms": _round(percentile(latencies, 0.99)),
-        "ttft_p50_ms": _round(percentile(ttfts, 0.5)),
-        "ttft_p99_ms": _round(percentile(ttfts, 0.99)),
+        "p50_ms": _round(percentile(latencies, 50)),
+        "p99_ms": _round(percentile(latencies, 99)),
+        "ttft_p50_ms": _round(percentile(ttfts, 50)),
+        "ttft_p99_ms": _round(percentile(ttfts, 99)),
         "tokens": sum(s.tokens for s in good),
         "short_streams": _short_streams(good),
     }

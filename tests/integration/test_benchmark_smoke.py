@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from benchmarks.relay import report
-from benchmarks.relay.phases import PHASES, percentile
+from benchmarks.relay.phases import PHASES
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK_SYSTEMS = {"direct", "fastapi-aiohttp", "gateway-memory"}
@@ -122,13 +122,6 @@ def test_a_phase_that_lagged_or_lost_requests_is_saturated() -> None:
     assert report.saturated(records, "relay") == []
     assert report.saturated(records, "slow") == ["open50"]
     assert report.saturated(records, "lossy") == ["open50"]
-
-
-def test_percentile_is_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 0.5) == 50.0
-    assert percentile(values, 0.99) == 99.0
-    assert percentile([], 0.5) is None
 
 
 @pytest.mark.parametrize("stream", [True, False])
