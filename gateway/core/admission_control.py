@@ -234,13 +234,13 @@ class AdmissionControl(Generic[W]):
     async def tenant_ticket(self, route: RouteRequest, now: float) -> TenantTicket:
         """Every limit and the budget of the tenant in one atomic call to the shared store
         (one round trip); none for a tenant with neither."""
-        limits = self.limits.get(route.tenant)
-        budget = usage.budget_quota(self.budgets.get(route.tenant))
-        if budget is None and (
+        limits, budget_config = self.limits.get(route.tenant), self.budgets.get(route.tenant)
+        if budget_config is None and (
             limits is None
             or not (limits.requests_per_min or limits.tokens_per_min or limits.max_concurrent)
         ):
             return ADMITTED
+        budget = usage.budget_quota(budget_config)
         quota = _quota(limits)
         # Capped at the limit: a request bigger than the whole window (max_tokens 1000 under a
         # limit of 200) is admitted into an empty window, and settles on what it really used.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from gateway.core.outcomes import Outcomes
 from gateway.core.progress import StreamProgress
@@ -47,7 +46,6 @@ class Finisher:
         spawn = run_now if memory else background.spawn
         observe = run_now if at_once else background.spawn
         self.outcomes = Outcomes(leases, registry, health.breakers, view, spawn, observe=observe)
-        self._usage_series: dict[tuple[str, ...], UsageSeries] = {}
 
     def start(self, endpoint_id: str, request_id: str, tokens: int) -> None:
         self.leases.take(endpoint_id, request_id, tokens)
@@ -113,15 +111,7 @@ class Finisher:
         )
         record.cost_pusd = cost_pusd(opened.endpoint.price, prompt, cached, completion)
         labels = (request.tenant, request.slo.name, request.model, opened.endpoint.id)
-        series = self._usage_series.get(labels)
-        if series is None:
-            series = self._usage_series[labels] = usage_series(self.metrics, labels)
-        requests, prompt_tokens, cached_tokens, completion_tokens, cost = series
-        requests.inc()
-        prompt_tokens.inc(prompt)
-        cached_tokens.inc(cached)
-        completion_tokens.inc(completion)
-        cost.inc(usd(record.cost_pusd))
+        self.metrics.usage.add(labels, prompt, cached, completion, usd(record.cost_pusd))
 
     def _latency_histograms(
         self, endpoint_id: str, request: RouteRequest, result: Finished
@@ -130,20 +120,6 @@ class Finisher:
             self.metrics.ttft.labels(endpoint_id, request.model).observe(result.ttft_s)
         if result.tpot_s is not None:
             self.metrics.tpot.labels(endpoint_id, request.model).observe(result.tpot_s)
-
-
-UsageSeries = tuple[Any, Any, Any, Any, Any]  # requests, prompt, cached, completion, cost
-
-
-def usage_series(m: Metrics, labels: tuple[str, ...]) -> UsageSeries:
-    """One group's usage counters, looked up once per group rather than five times a request."""
-    return (
-        m.usage_requests.labels(*labels),
-        m.usage_tokens.labels(*labels, "prompt"),
-        m.usage_tokens.labels(*labels, "cached"),
-        m.usage_tokens.labels(*labels, "completion"),
-        m.usage_cost.labels(*labels),
-    )
 
 
 def stream_result(opened: Opened, watch: StreamGrammar, outcome: str, prompt: int) -> Finished:

@@ -52,6 +52,7 @@ async def metrics(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     runtime.keyring.require_metrics(request.headers.get("authorization"))
     m = runtime.metrics
+    m.usage.flush()
     now = time.time()
     m.redis_up.set(1 if runtime.store_kind == "redis" and runtime.shared_state_up else 0)
     for eid in runtime.registry.endpoints:

@@ -177,7 +177,8 @@ class Router:
     ) -> Finished:
         whole = parse_whole(opened.first) if opened.status < 300 else None
         facts = call.grammar.facts(whole) if whole is not None else Facts()
-        described = describe(whole) if whole is not None else UNDESCRIBED
+        # the answer's id, model and finish reasons: only the request's span reads them
+        described = describe(whole) if whole is not None and tracing.enabled() else UNDESCRIBED
         result = body_result(opened, facts, request.prompt_tokens, described)
         self.finisher.finish(opened, request, result, record)
         body = self.redactor.body(opened.status, opened.first)

@@ -156,6 +156,7 @@ class Runtime:
             self.health.run(),
             self.admission.run(),
             self.router.finisher.leases.run(),
+            self.metrics.usage.run(),
         ]
         if isinstance(self.store, ResilientStore):
             jobs.append(self.store.watch())

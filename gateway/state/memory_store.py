@@ -43,7 +43,9 @@ class MemoryStatsStore:
         self.usage_retention_s = usage_retention_s
         self._spend: dict[tuple[str, str, int], int] = {}  # (tenant, "d" | "m", index) -> pUSD
         self._alerts: set[tuple[str, str, int]] = set()
-        self._usage: dict[tuple[str, int], dict[str, int]] = {}  # (tenant, hour) -> fields
+        # (tenant, hour) -> group -> amounts in usage.METRICS order: the Redis hash's fields,
+        # kept as numbers (no field names to build per request)
+        self._usage: dict[tuple[str, int], dict[usage.Group, list[int]]] = {}
         self._usage_hour = 0
         self.window_s = window_s
         self.bucket_s = bucket_s
@@ -146,17 +148,18 @@ class MemoryStatsStore:
         return verdict("admitted")
 
     async def settle(self, settlement: Settlement, alerted: Alerted | None = None) -> None:
-        tenant, at = settlement.tenant, settlement.at_s
-        slots = self._rates.get(f"tenant:{tenant}:tokens", {})
-        if settlement.token_slot is not None and settlement.token_slot in slots:
-            slots[settlement.token_slot] += settlement.token_delta
+        tenant, at, slot = settlement.tenant, settlement.at_s, settlement.token_slot
+        if slot is not None:  # a tokens limit was charged
+            slots = self._rates.get(f"tenant:{tenant}:tokens", {})
+            if slot in slots:
+                slots[slot] += settlement.token_delta
         line = settlement.usage
         cost = line.cost_pusd if line else 0
         if cost or settlement.budget is not None:  # nothing to spend or watch otherwise
             self._spend_in(tenant, at, cost, settlement.budget or usage.NO_BUDGET, alerted)
         if line is not None:
             hour = usage.hour_index(at)
-            usage.add_fields(self._usage.setdefault((tenant, hour), {}), line.fields().items())
+            usage.add_line(self._usage.setdefault((tenant, hour), {}), line)
             if hour != self._usage_hour:  # a new hour: the oldest may have left the retention
                 self._usage_hour = hour
                 self._expire_usage(hour)
@@ -184,7 +187,7 @@ class MemoryStatsStore:
             row
             for tenant in tenants
             for hour in range(since_hour, until_hour)
-            for row in usage.rows(tenant, hour, self._usage.get((tenant, hour), {}))
+            for row in usage.group_rows(tenant, hour, self._usage.get((tenant, hour), {}))
         ]
 
     def _expire_usage(self, hour: int) -> None:

@@ -19,7 +19,7 @@ frozen dataclass's __init__ costs several times more.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import NamedTuple
@@ -144,6 +144,25 @@ def rows(tenant: str, hour: int, bucket: Mapping[str, int]) -> list[UsageRow]:
     return [UsageRow(hour, tenant, *group, metrics) for group, metrics in groups.items()]
 
 
-def add_fields(bucket: dict[str, int], fields: Iterable[tuple[str, int]]) -> None:
-    for name, amount in fields:
-        bucket[name] = bucket.get(name, 0) + amount
+Group = tuple[str, str, str]  # slo_class, model, endpoint
+
+
+def add_line(groups: dict[Group, list[int]], line: UsageLine) -> None:
+    """Add `line` to its group's amounts (METRICS order), as its fields would add up."""
+    group = (line.slo_class, line.model, line.endpoint)
+    amounts = groups.get(group)
+    if amounts is None:
+        amounts = groups[group] = [0] * len(METRICS)
+    amounts[0] += 1
+    amounts[1] += line.prompt_tokens
+    amounts[2] += line.cached_tokens
+    amounts[3] += line.completion_tokens
+    amounts[4] += line.cost_pusd
+
+
+def group_rows(tenant: str, hour: int, groups: Mapping[Group, list[int]]) -> list[UsageRow]:
+    """`add_line`'s groups as rows, the same as `rows` reads from the fields."""
+    return [
+        UsageRow(hour, tenant, *group, dict(zip(METRICS, amounts, strict=True)))
+        for group, amounts in groups.items()
+    ]

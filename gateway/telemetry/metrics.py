@@ -16,6 +16,7 @@ from prometheus_client import Histogram as _Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from gateway.telemetry.record import RequestRecord
+from gateway.telemetry.usage_counters import UsageCounters
 
 log = logging.getLogger("slo_gateway")
 
@@ -161,6 +162,7 @@ class Metrics:
             usage,
             registry=r,
         )
+        self.usage = UsageCounters(self.usage_requests, self.usage_tokens, self.usage_cost)
         self.budget_alerts = Counter(
             "slo_gateway_budget_alerts",
             "Soft budget alerts raised (once per tenant and UTC day or month).",

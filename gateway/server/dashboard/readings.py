@@ -76,6 +76,7 @@ def _minus(now: Mapping[Key, float], earlier: Mapping[Key, float]) -> dict[Key, 
 
 
 def totals(metrics: Metrics) -> Totals:
+    metrics.usage.flush()
     return Totals(
         _counts(metrics.slo, ("slo_class", "tenant", "result")),
         _counts(metrics.shed, ("slo_class", "tenant", "reason")),
