@@ -20,7 +20,13 @@ from gateway.config.settings import TenantBudget, TenantLimits
 from gateway.core import usage
 from gateway.errors import Rejected
 from gateway.state.background import Spawn
-from gateway.state.store import Alerted, StatsStore, TenantAdmission, TenantQuota
+from gateway.state.store import (
+    Alerted,
+    StatsStore,
+    TenantAdmission,
+    TenantCharge,
+    TenantQuota,
+)
 from gateway.state.usage import BudgetQuota, Settlement, UsageLine
 from policies.admission import (
     AdmissionParams,
@@ -247,15 +253,10 @@ class AdmissionControl(Generic[W]):
         reserved = route.prompt_tokens + (route.max_tokens or 0)
         if quota.tokens is not None:
             reserved = min(reserved, quota.tokens)
-        admission = await self.store.admit_tenant(
-            route.tenant,
-            route.request_id,
-            tokens=reserved,
-            quota=quota,
-            ttl_s=self.lease_ttl_s,
-            now=now,
-            budget=budget,
+        charge = TenantCharge(
+            route.tenant, route.request_id, reserved, quota, self.lease_ttl_s, now, budget
         )
+        admission = await self.store.admit_tenant(charge)
         headers = usage.limit_headers(quota, admission, now)
         if admission.verdict == "admitted":
             slot = admission.slot if quota.tokens is not None else None

@@ -19,6 +19,7 @@ from gateway.state.store import (
     EndpointStats,
     LatencySample,
     TenantAdmission,
+    TenantCharge,
     TenantQuota,
     TenantVerdict,
 )
@@ -104,17 +105,8 @@ class MemoryStatsStore:
     ) -> tuple[bool, int]:
         return self._rate(key, cost, limit, window_s, now)
 
-    async def admit_tenant(
-        self,
-        tenant: str,
-        request_id: str,
-        *,
-        tokens: int,
-        quota: TenantQuota,
-        ttl_s: float,
-        now: float,
-        budget: BudgetQuota | None = None,
-    ) -> TenantAdmission:
+    async def admit_tenant(self, charge: TenantCharge) -> TenantAdmission:
+        tenant, request_id, tokens, quota, ttl_s, now, budget = charge
         requests_key, tokens_key = f"tenant:{tenant}:requests", f"tenant:{tenant}:tokens"
         current, _ = slot_range(now, quota.window_s)
         requests = self._slots(requests_key, quota, now) if quota.requests is not None else {}

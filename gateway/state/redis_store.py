@@ -50,10 +50,10 @@ from gateway.state.store import (
     EndpointStats,
     LatencySample,
     TenantAdmission,
-    TenantQuota,
+    TenantCharge,
     TenantVerdict,
 )
-from gateway.state.usage import BudgetQuota, Settlement, UsageRow
+from gateway.state.usage import Settlement, UsageRow
 from policies.step_change import FAST_BUCKET_S, FAST_BUCKETS
 
 SCRIPTS = (
@@ -218,17 +218,8 @@ class RedisStatsStore:
     ) -> tuple[bool, int]:
         return await self._rate(key, cost, limit, window_s, now)
 
-    async def admit_tenant(
-        self,
-        tenant: str,
-        request_id: str,
-        *,
-        tokens: int,
-        quota: TenantQuota,
-        ttl_s: float,
-        now: float,
-        budget: BudgetQuota | None = None,
-    ) -> TenantAdmission:
+    async def admit_tenant(self, charge: TenantCharge) -> TenantAdmission:
+        tenant, request_id, tokens, quota, ttl_s, now, budget = charge
         current, oldest = slot_range(now, quota.window_s)
         parts = ("requests", "tokens", "concurrency")
         spends = [

@@ -24,9 +24,9 @@ from gateway.state.store import (
     LatencySample,
     StatsStore,
     TenantAdmission,
-    TenantQuota,
+    TenantCharge,
 )
-from gateway.state.usage import BudgetQuota, Settlement, UsageRow
+from gateway.state.usage import Settlement, UsageRow
 from gateway.state.writebehind import WriteBehind
 from gateway.telemetry.metrics import log
 
@@ -189,22 +189,8 @@ class ResilientStore:
             lambda s: s.try_hit(key, cost=cost, limit=limit, window_s=window_s, now=now)
         )
 
-    async def admit_tenant(
-        self,
-        tenant: str,
-        request_id: str,
-        *,
-        tokens: int,
-        quota: TenantQuota,
-        ttl_s: float,
-        now: float,
-        budget: BudgetQuota | None = None,
-    ) -> TenantAdmission:
-        return await self._run(
-            lambda s: s.admit_tenant(
-                tenant, request_id, tokens=tokens, quota=quota, ttl_s=ttl_s, now=now, budget=budget
-            )
-        )
+    async def admit_tenant(self, charge: TenantCharge) -> TenantAdmission:
+        return await self._run(lambda s: s.admit_tenant(charge))
 
     async def settle(self, settlement: Settlement, alerted: Alerted | None = None) -> None:
         """Through the write-behind while Redis is up (off the request path); a batch that

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from gateway.state.breaker import BreakerPolicy, BreakerState
 from gateway.state.usage import BudgetQuota, Settlement, UsageRow
@@ -58,6 +58,18 @@ class TenantQuota:
     tokens: int | None = None
     concurrent: int | None = None
     window_s: float = 60.0
+
+
+class TenantCharge(NamedTuple):
+    """One request against its tenant's limits and budget, checked and counted in one call."""
+
+    tenant: str
+    request_id: str
+    tokens: int  # reserved: the prompt estimate + max_tokens (settled on real usage later)
+    quota: TenantQuota
+    ttl_s: float  # of its concurrency lease
+    now: float
+    budget: BudgetQuota | None = None
 
 
 TenantVerdict = Literal["admitted", "requests", "tokens", "concurrency", "budget"]
@@ -119,17 +131,7 @@ class StatsStore(Protocol):
         """Add `cost` only if the window's total stays <= limit: (added, total afterwards)."""
         ...
 
-    async def admit_tenant(
-        self,
-        tenant: str,
-        request_id: str,
-        *,
-        tokens: int,
-        quota: TenantQuota,
-        ttl_s: float,
-        now: float,
-        budget: BudgetQuota | None = None,
-    ) -> TenantAdmission:
+    async def admit_tenant(self, charge: TenantCharge) -> TenantAdmission:
         """Check every limit (a budget: the spend so far under it); count the request against
         all of them only if all pass."""
         ...

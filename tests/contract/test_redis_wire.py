@@ -12,7 +12,7 @@ from redis.crc import key_slot
 
 from gateway.state.breaker import BreakerPolicy
 from gateway.state.redis_store import SCRIPTS, RedisStatsStore, Write
-from gateway.state.store import TenantQuota
+from gateway.state.store import TenantCharge, TenantQuota
 from gateway.state.usage import BudgetQuota, Settlement, UsageLine
 from tests.contract.conftest import sample
 
@@ -92,7 +92,9 @@ async def exercise_every_key(store: RedisStatsStore) -> None:
     await store.acquire("a", "r1", ttl_s=30, now=NOW)
     quota = TenantQuota(requests=5, tokens=1000, concurrent=3)
     budget = BudgetQuota(day_pusd=10**12, month_pusd=10**13, soft_fraction=0.5)
-    await store.admit_tenant("acme", "r1", tokens=10, quota=quota, ttl_s=30, now=NOW, budget=budget)
+    await store.admit_tenant(
+        TenantCharge("acme", "r1", tokens=10, quota=quota, ttl_s=30, now=NOW, budget=budget)
+    )
     line = UsageLine("interactive", "m", "a", 10, 2, 5, 10**12)
     await store.settle(Settlement("acme", NOW, 0, -3, 60.0, line, budget))
     await store.observe("a", sample(NOW))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.state.store import StatsStore, TenantQuota
+from gateway.state.store import StatsStore, TenantCharge, TenantQuota
 from tests.contract.conftest import StoreClients
 
 NOW = 1_000_020.0
@@ -13,7 +13,7 @@ NOW = 1_000_020.0
 
 async def admit(store: StatsStore, request_id: str, quota: TenantQuota, tokens: int = 10) -> str:
     admission = await store.admit_tenant(
-        "acme", request_id, tokens=tokens, quota=quota, ttl_s=60, now=NOW
+        TenantCharge("acme", request_id, tokens=tokens, quota=quota, ttl_s=60, now=NOW)
     )
     return admission.verdict
 
@@ -26,7 +26,9 @@ async def test_requests_limit_counts_only_admitted_requests(store: StatsStore) -
         "requests",
         "requests",
     ]
-    later = await store.admit_tenant("acme", "r9", tokens=1, quota=quota, ttl_s=60, now=NOW + 61)
+    later = await store.admit_tenant(
+        TenantCharge("acme", "r9", tokens=1, quota=quota, ttl_s=60, now=NOW + 61)
+    )
     assert later.verdict == "admitted"
 
 
@@ -53,7 +55,9 @@ async def test_tokens_limit_includes_the_requests_own_cost(store: StatsStore) ->
 async def test_tenants_do_not_share_limits(store: StatsStore) -> None:
     quota = TenantQuota(requests=1)
     assert await admit(store, "a", quota) == "admitted"
-    other = await store.admit_tenant("zeta", "a", tokens=1, quota=quota, ttl_s=60, now=NOW)
+    other = await store.admit_tenant(
+        TenantCharge("zeta", "a", tokens=1, quota=quota, ttl_s=60, now=NOW)
+    )
     assert other.verdict == "admitted"
 
 

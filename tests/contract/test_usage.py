@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.state.store import StatsStore, TenantQuota
+from gateway.state.store import StatsStore, TenantCharge, TenantQuota
 from gateway.state.usage import BudgetQuota, Settlement, UsageLine, hour_index
 from tests.contract.conftest import StoreClients, landed
 
@@ -16,44 +16,47 @@ def line(cost: int = 500, *, model: str = "m", endpoint: str = "a", prompt: int 
     return UsageLine("interactive", model, endpoint, prompt, 4, 7, cost)
 
 
+def acme(
+    request_id: str, tokens: int, now: float, quota: TenantQuota = QUOTA, **kw: BudgetQuota
+) -> TenantCharge:
+    return TenantCharge("acme", request_id, tokens, quota, ttl_s=60, now=now, **kw)
+
+
 async def admit(store: StatsStore, tokens: int, now: float = NOW, **kw: BudgetQuota) -> str:
-    admission = await store.admit_tenant(
-        "acme", f"r{tokens}-{now}", tokens=tokens, quota=QUOTA, ttl_s=60, now=now, **kw
-    )
-    return admission.verdict
+    return (await store.admit_tenant(acme(f"r{tokens}-{now}", tokens, now, **kw))).verdict
 
 
 async def test_settlement_refunds_and_charges_the_reservations_slot(store: StatsStore) -> None:
-    first = await store.admit_tenant("acme", "a", tokens=600, quota=QUOTA, ttl_s=60, now=NOW)
+    first = await store.admit_tenant(acme("a", 600, NOW))
     assert (first.verdict, first.tokens_used, first.requests_used) == ("admitted", 600, 1)
     assert await admit(store, 600) == "tokens"
     # It used 17 tokens: 583 come back, though settled in a later slot of the window.
     later = NOW + 20
     await store.settle(Settlement("acme", later, first.slot, 17 - 600, 60.0, line()))
     await landed(store)
-    again = await store.admit_tenant("acme", "b", tokens=900, quota=QUOTA, ttl_s=60, now=later)
+    again = await store.admit_tenant(acme("b", 900, later))
     assert (again.verdict, again.tokens_used) == ("admitted", 917)
     # Over-estimated the other way: it produced more than reserved, and the window says so.
     await store.settle(Settlement("acme", later, again.slot, 80, 60.0, line()))
     await landed(store)
-    third = await store.admit_tenant("acme", "c", tokens=4, quota=QUOTA, ttl_s=60, now=later)
+    third = await store.admit_tenant(acme("c", 4, later))
     assert (third.verdict, third.tokens_used) == ("tokens", 997)
 
 
 async def test_a_slot_out_of_the_window_is_not_recreated(store: StatsStore) -> None:
-    first = await store.admit_tenant("acme", "a", tokens=600, quota=QUOTA, ttl_s=60, now=NOW)
+    first = await store.admit_tenant(acme("a", 600, NOW))
     later = NOW + 120  # the reservation's slot has left the window
-    await store.admit_tenant("acme", "b", tokens=5, quota=QUOTA, ttl_s=60, now=later)
+    await store.admit_tenant(acme("b", 5, later))
     await store.settle(Settlement("acme", later, first.slot, 400, 60.0, line()))
     await landed(store)
-    third = await store.admit_tenant("acme", "c", tokens=1, quota=QUOTA, ttl_s=60, now=later)
+    third = await store.admit_tenant(acme("c", 1, later))
     assert third.tokens_used == 6
 
 
 async def test_admission_reports_what_the_windows_hold(store: StatsStore) -> None:
     quota = TenantQuota(requests=3, tokens=100)
     for i, verdict in enumerate(["admitted", "admitted", "admitted", "requests"]):
-        got = await store.admit_tenant("acme", f"r{i}", tokens=10, quota=quota, ttl_s=60, now=NOW)
+        got = await store.admit_tenant(acme(f"r{i}", 10, NOW, quota=quota))
         assert got.verdict == verdict
         assert got.requests_used == min(i + 1, 3)
         assert got.requests_oldest == got.tokens_oldest == got.slot
@@ -67,9 +70,7 @@ async def test_budget_refuses_once_spent_and_admits_next_day(store: StatsStore) 
     assert await admit(store, 2, budget=budget) == "admitted"  # 999 < 1000
     await store.settle(Settlement("acme", NOW, None, 0, 60.0, line(cost=1), budget))
     await landed(store)
-    refused = await store.admit_tenant(
-        "acme", "x", tokens=1, quota=QUOTA, ttl_s=60, now=NOW, budget=budget
-    )
+    refused = await store.admit_tenant(acme("x", 1, NOW, budget=budget))
     assert (refused.verdict, refused.spend_day_pusd, refused.spend_month_pusd) == (
         "budget",
         1000,
