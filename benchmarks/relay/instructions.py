@@ -1,6 +1,7 @@
 """The gateway's own cost per request, counted in CPU instructions: the benchmark's app in
 process over an in-process upstream (tests/fixtures/upstream_fakes.py), so no HTTP library,
-load generator or neighbour's job is counted, and two trees compare to within about 1%.
+load generator or neighbour's job is counted: two trees compare to within about 1% on a quiet
+host (beside busy jobs about 3%: the running-stream reports go by time, which callgrind slows).
 
 Each measurement runs under callgrind twice, with 0 and with N requests after the same warm-up,
 and reports the difference over N: the instructions one request adds. The periodic tasks (view
