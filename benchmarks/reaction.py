@@ -9,6 +9,10 @@ tree without it (main, before this change) is measured on the same workload. For
     last_to_slowed_s  the last interactive request *sent* to the slowed engine after the slowdown,
                       minus the slowdown time (0 when none was sent after it)
     sent_after        how many interactive requests were sent to it after the slowdown
+    last_routed_s     the same as last_to_slowed_s, leaving out `explore` decisions (slo_aware
+                      sends 2% of requests to a cold endpoint, and the slowed one turns cold
+                      when its statistics jump); explored: how many of those there were
+                      (records before the `decision` field count none)
     attainment        per phase (`PHASES` of the scenario module): the share of interactive
                       requests arriving in the phase that succeeded and met every target
 """
@@ -29,7 +33,7 @@ from gateway.offline.records import LoadRecord, read_records
 from gateway.offline.report import meets_slo
 from gateway.offline.simulator import Simulator
 
-COUNTS = ("last_to_slowed_s", "sent_after")
+COUNTS = ("last_to_slowed_s", "sent_after", "last_routed_s", "explored")
 SCENARIO_FILE = Path(__file__).parent.parent / "gateway" / "offline" / "reaction_scenarios.py"
 
 
@@ -46,11 +50,17 @@ def measure(records: Sequence[LoadRecord], module: ModuleType) -> dict[str, floa
     target = scenario.classes["interactive"]
     interactive = [r for r in records if r.slo_class == "interactive"]
     after = [
-        r.start_s - module.SLOWDOWN_AT_S
+        (r.start_s - module.SLOWDOWN_AT_S, getattr(r, "decision", "") == "explore")
         for r in interactive
         if r.endpoint == module.SLOWED and r.start_s >= module.SLOWDOWN_AT_S
     ]
-    found = {"last_to_slowed_s": max(after, default=0.0), "sent_after": float(len(after))}
+    routed = [at for at, explored in after if not explored]
+    found = {
+        "last_to_slowed_s": max((at for at, _ in after), default=0.0),
+        "sent_after": float(len(after)),
+        "last_routed_s": max(routed, default=0.0),
+        "explored": float(len(after) - len(routed)),
+    }
     for phase, spans in module.PHASES.items():
         inside = [r for r in interactive if any(a <= r.arrival_s < b for a, b in spans)]
         met = sum(meets_slo(r, target) for r in inside)

@@ -148,6 +148,7 @@ class Measured:
     ttft_s: float | None = None
     tpot_s: float | None = None
     cached_tokens: int = 0
+    decision: str = ""  # x-slo-gateway-decision
 
 
 def _cached(usage: dict[str, Any]) -> int:
@@ -185,6 +186,7 @@ def measure(
         ttft_s,
         tpot_s,
         result.cached_tokens,
+        response.headers.get("x-slo-gateway-decision") or "",
     )
 
 

@@ -169,6 +169,7 @@ def _record(call: PlannedCall, arrival_s: float, start_s: float, m: Measured) ->
         tpot_s=m.tpot_s,
         e2e_s=m.e2e_s,
         cached_tokens=m.cached_tokens,
+        decision=m.decision,
     )
 
 

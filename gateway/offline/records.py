@@ -43,6 +43,7 @@ class LoadRecord:
     tpot_s: float | None = None
     e2e_s: float | None = None
     cached_tokens: int = 0  # of the prompt, found in the engine's prefix cache
+    decision: str = ""  # x-slo-gateway-decision: the policy's reason (slo_met, explore, ...)
 
     @property
     def lateness_s(self) -> float:
@@ -87,14 +88,15 @@ def unserved(
 def served(
     planned: Planned,
     request_id: str,
-    flight: tuple[str, int, int],
+    flight: tuple[str, int, int, str],
     first_s: float,
     now_s: float,
     tpot_s: float | None,
     cached_tokens: int | None,
 ) -> LoadRecord:
-    """A request the simulator served: `flight` = (endpoint, attempts, output tokens)."""
-    endpoint, attempts, tokens = flight
+    """A request the simulator served: `flight` = (endpoint, attempts, output tokens, the
+    policy's reason)."""
+    endpoint, attempts, tokens, decision = flight
     return _record(
         request_id,
         planned,
@@ -107,6 +109,7 @@ def served(
         tpot_s=tpot_s,
         e2e_s=now_s - planned.arrival_s,
         cached_tokens=cached_tokens or 0,
+        decision=decision,
     )
 
 
@@ -138,11 +141,13 @@ _VALUES = attrgetter(*_FIELDS)
 
 def record_line(record: LoadRecord) -> str:
     """One JSONL line; `dataclasses.asdict` would cost several times more (it deep-copies each
-    value), and a run writes one line per request. `cached_tokens` only when some were: runs
-    without prefix reuse write the lines they always did."""
+    value), and a run writes one line per request. `cached_tokens` only when some were, and
+    `decision` only when the gateway gave one (not for a refusal or a failure)."""
     line = dict(zip(_FIELDS, _VALUES(record), strict=True))
     if not record.cached_tokens:
         del line["cached_tokens"]
+    if not record.decision:
+        del line["decision"]
     return json.dumps(line) + "\n"
 
 

@@ -49,6 +49,7 @@ class _Flight:
     index: int
     route: RouteRequest
     order: tuple[str, ...]
+    decision: str = ""  # the policy's reason for the order
     attempt: int = 0
     endpoint_id: str = ""
     sent_s: float = 0.0  # when the current attempt started
@@ -227,7 +228,7 @@ class Simulator:
             self._end(index, 503, "no_endpoint", now_s, route)
             return
         order = tuple(s.endpoint_id for s in ranking.endpoints)
-        self._attempt(_Flight(index, route, order), now_s)
+        self._attempt(_Flight(index, route, order, ranking.reason), now_s)
 
     # -- attempts ----------------------------------------------------------------------------
 
@@ -332,7 +333,7 @@ class Simulator:
         tokens = route.max_tokens or 1
         tpot_s = (now_s - first_s) / (tokens - 1) if tokens > 1 else None
         self._observe(flight, now_s, "ok", 200, first_s=first_s, tpot_s=tpot_s)
-        where = (flight.endpoint_id, flight.attempt, tokens)
+        where = (flight.endpoint_id, flight.attempt, tokens, flight.decision)
         self._records[flight.index] = served(
             planned, route.request_id, where, first_s, now_s, tpot_s, flight.cached
         )

@@ -84,3 +84,14 @@ def test_offline_agrees_with_live_on_attainment_per_class(live: tuple[Run, Path]
         tolerance = max(TOLERANCE, 2 / run.summary.groups[f"class:{slo_class}"].count)
         assert abs(live_value - offline_value) <= tolerance, (slo_class, live_value, offline_value)
     assert offline.summary.groups["all"].success_rate == run.summary.groups["all"].success_rate
+
+
+@pytest.mark.timeout(90)
+def test_records_say_why_each_request_went_where_it_did(live: tuple[Run, Path]) -> None:
+    """Live from the gateway's x-slo-gateway-decision header, offline from the same policy's
+    ranking: both name least_loaded's reason for every request it routed."""
+    run, _ = live
+    offline, _ = simulate(smoke(), smoke().plan(), POLICY)
+    for records in (run.records, offline.records):
+        served = [r for r in records if r.outcome == "ok"]
+        assert served and {r.decision for r in served} == {"least_loaded"}

@@ -218,3 +218,11 @@ def test_a_comparison_has_one_row_per_policy_and_class(tmp_path: Path) -> None:
 def test_records_round_trip_through_jsonl(tmp_path: Path) -> None:
     write_records(tmp_path / "r.jsonl", RECORDS)
     assert read_records(tmp_path / "r.jsonl") == RECORDS
+
+
+def test_a_decision_is_written_only_when_the_gateway_gave_one(tmp_path: Path) -> None:
+    routed, refused = record(0, decision="slo_met"), record(1, status=429, outcome="shed")
+    write_records(tmp_path / "r.jsonl", [routed, refused])
+    lines = (tmp_path / "r.jsonl").read_text().splitlines()
+    assert '"decision": "slo_met"' in lines[0] and "decision" not in lines[1]
+    assert read_records(tmp_path / "r.jsonl") == [routed, refused]
