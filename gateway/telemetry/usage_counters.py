@@ -7,7 +7,7 @@ pending amounts, and `flush` hands each group's sums to its counters at once. Wh
 the counters flushes first (/metrics, the dashboard), so one process always shows every
 request it finished. Under `serve --workers N` a worker's counters reach the shared files when
 it flushes: at its own reads, and every `FLUSH_EVERY_S` in the background (`run`), so another
-worker's scrape can be that much behind.
+worker's scrape can be that much behind (a worker that stops flushes first).
 """
 
 from __future__ import annotations
@@ -47,9 +47,13 @@ class UsageCounters:
                 child.inc(amount)
 
     async def run(self) -> None:
-        """The background flush, owned by the runtime."""
-        while True:
-            await asyncio.sleep(FLUSH_EVERY_S)
+        """The background flush, owned by the runtime; its cancellation at shutdown flushes
+        once more, so a worker that stops leaves its last requests in the shared files."""
+        try:
+            while True:
+                await asyncio.sleep(FLUSH_EVERY_S)
+                self.flush()
+        finally:
             self.flush()
 
     def _children(self, labels: Labels) -> tuple[Any, ...]:

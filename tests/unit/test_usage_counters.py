@@ -63,3 +63,16 @@ async def test_the_background_flush_hands_pending_amounts_on(
             raise AssertionError("the background flush never ran")
     finally:
         task.cancel()
+
+
+async def test_stopping_the_background_flush_hands_on_what_is_pending() -> None:
+    """A worker's runtime cancels the loop at shutdown: its last requests must not be lost."""
+    metrics = Metrics()
+    task = asyncio.create_task(metrics.usage.run())
+    await asyncio.sleep(0)  # the loop is sleeping before its first flush
+    metrics.usage.add(ACME, 10, 0, 1, 0.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    text = generate_latest(metrics.registry).decode()  # no flush here: the loop's own
+    assert counter_sum(text, "slo_gateway_usage_requests_total", tenant="acme") == 1
