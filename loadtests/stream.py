@@ -164,10 +164,12 @@ def measure(
     header = response.headers.get("x-slo-gateway-reason") or ""
     endpoint = response.headers.get("x-slo-gateway-endpoint") or ""
     attempts = int(response.headers.get("x-slo-gateway-attempts") or 0)
+    decision = response.headers.get("x-slo-gateway-decision") or ""
     if response.status_code != 200:
         reason = header or _body_code(response)
+        e2e_s = clock() - t0
         return Measured(
-            response.status_code, reason, bool(header), endpoint, attempts, clock() - t0
+            response.status_code, reason, bool(header), endpoint, attempts, e2e_s, decision=decision
         )
     result = read_stream(lines(response.iter_content(chunk_size=None)), clock, api)
     e2e_s = clock() - t0
@@ -186,7 +188,7 @@ def measure(
         ttft_s,
         tpot_s,
         result.cached_tokens,
-        response.headers.get("x-slo-gateway-decision") or "",
+        decision,
     )
 
 
