@@ -1,0 +1,52 @@
+"""Runtime shutdown's task stop: bounded even when a job swallows its cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.server.runtime import stop_tasks
+
+
+async def _stubborn(swallow: int, stopped: list[str]) -> None:
+    """Loops on after its first `swallow` cancellations, as a job whose cancellation a client
+    library ate would."""
+    while True:
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            if swallow == 0:
+                stopped.append("stopped")
+                raise
+            swallow -= 1
+
+
+async def test_a_task_that_swallows_one_cancellation_is_cancelled_again() -> None:
+    stopped: list[str] = []
+    task = asyncio.create_task(_stubborn(1, stopped))
+    await asyncio.sleep(0.02)
+    await asyncio.wait_for(stop_tasks([task], rounds=3, round_s=0.1), timeout=2)
+    assert task.cancelled() and stopped == ["stopped"]
+
+
+async def test_a_task_that_never_stops_is_left_behind_and_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stopped: list[str] = []
+    task = asyncio.create_task(_stubborn(2, stopped), name="stubborn-job")
+    await asyncio.wait_for(stop_tasks([task], rounds=2, round_s=0.05), timeout=2)
+    assert not task.done() and "stubborn-job" in caplog.text
+    task.cancel()  # its third cancellation stops it, so the test's loop closes
+    await asyncio.gather(task, return_exceptions=True)
+    assert stopped == ["stopped"]
+
+
+async def test_failed_and_finished_tasks_stop_without_waiting() -> None:
+    async def fails() -> None:
+        raise RuntimeError("boom")
+
+    failed = asyncio.create_task(fails())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(stop_tasks([failed], rounds=1, round_s=5.0), timeout=1)
+    assert isinstance(failed.exception(), RuntimeError)
