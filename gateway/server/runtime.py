@@ -211,12 +211,12 @@ async def stop_tasks(
     pending = {task for task in tasks if not task.done()}
     for _ in range(rounds):
         if not pending:
-            return
+            break
         for task in pending:
             task.cancel()
-        done, pending = await asyncio.wait(pending, timeout=round_s)
-        for task in done:  # retrieved, as gather(return_exceptions=True) did: no GC warning
-            if not task.cancelled():
-                task.exception()
+        _, pending = await asyncio.wait(pending, timeout=round_s)
+    for task in tasks:  # a job's failure retrieved, as gather(return_exceptions=True) did
+        if task.done() and not task.cancelled():
+            task.exception()
     for task in pending:
         log.error("shutdown: background task %s ignored cancellation; left running", task)
