@@ -191,12 +191,25 @@ class Runtime:
     async def close(self) -> None:
         await stop_tasks(self.tasks)
         await self.background.drain()
-        await self.upstream.aclose()
-        await self.store.close()
+        await closed("upstream connections", self.upstream.aclose())
+        await closed("state store", self.store.close())
 
 
 STOP_ROUNDS = 5
 STOP_ROUND_S = 1.0
+CLOSE_TIMEOUT_S = 5.0
+
+
+async def closed(
+    what: str, closing: Coroutine[Any, Any, None], timeout_s: float = CLOSE_TIMEOUT_S
+) -> None:
+    """Await a close for at most `timeout_s`, then log and go on: a connection stuck on a dead
+    peer must not keep the process from exiting (the supervisor of `serve --workers` waits
+    for it)."""
+    try:
+        await asyncio.wait_for(closing, timeout_s)
+    except TimeoutError:
+        log.error("shutdown: closing the %s took over %.0f s; left unfinished", what, timeout_s)
 
 
 async def stop_tasks(

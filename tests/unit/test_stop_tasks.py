@@ -1,4 +1,5 @@
-"""Runtime shutdown's task stop: bounded even when a job swallows its cancellation."""
+"""Runtime shutdown: its task stop and its closes stay bounded even when a job swallows its
+cancellation or a close never returns."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import gc
 
 import pytest
 
-from gateway.server.runtime import stop_tasks
+from gateway.server.runtime import closed, stop_tasks
 
 
 async def _stubborn(swallow: int, stopped: list[str]) -> None:
@@ -58,3 +59,28 @@ async def test_a_job_that_failed_before_shutdown_stops_at_once_its_failure_retri
     del failed
     gc.collect()
     assert reports == []
+
+
+async def test_a_close_that_never_returns_is_given_up_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    never = asyncio.get_running_loop().create_future()
+
+    async def hanging_close() -> None:
+        await never
+
+    await asyncio.wait_for(closed("state store", hanging_close(), timeout_s=0.05), timeout=2)
+    assert "closing the state store took over" in caplog.text
+
+
+async def test_a_close_that_returns_is_awaited_to_its_end(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    done: list[str] = []
+
+    async def quick_close() -> None:
+        await asyncio.sleep(0.01)
+        done.append("closed")
+
+    await closed("upstream connections", quick_close(), timeout_s=1.0)
+    assert done == ["closed"] and "took over" not in caplog.text
