@@ -25,13 +25,13 @@ import itertools
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.core import failover
 from gateway.core.admission_control import DISPATCH_TICK_S
-from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed, GatewayError, Rejected
+from gateway.offline.flight import Flight
 from gateway.offline.gateway_model import GatewayModel, Queued, offline_config
 from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider, scraped_state
 from gateway.offline.records import LoadRecord, served, unserved
@@ -42,21 +42,6 @@ from policies.admission import Admit, Queue, Reason, Reject
 from policies.base import EndpointSnapshot, RouteRequest
 
 STEP, PROVIDER_END, RETRY, TIMEOUT, FAULT, REFRESH, SCRAPE, PROBE, DISPATCH = range(9)
-
-
-@dataclass(slots=True)
-class _Flight:
-    index: int
-    route: RouteRequest
-    order: tuple[str, ...]
-    decision: str = ""  # the policy's reason for the order
-    attempt: int = 0
-    endpoint_id: str = ""
-    sent_s: float = 0.0  # when the current attempt started
-    first_s: float | None = None
-    limit_headers: Mapping[str, str] | None = None  # a provider's, on its response
-    cached: int | None = None  # prompt tokens its engine found in its prefix cache
-    progress: StreamProgress = field(default_factory=StreamProgress)  # an engine's stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +78,7 @@ class Simulator:
         self._events: list[tuple[float, int, int, Any]] = []
         self._order = itertools.count()
         self._records: list[LoadRecord | None] = [None] * len(plan)
-        self._flights: dict[str, _Flight] = {}
+        self._flights: dict[str, Flight] = {}
         self._seq = itertools.count()
         self._dispatching = False
         self._targets = {name: c.target(name) for name, c in self.config.classes.items()}
@@ -228,11 +213,11 @@ class Simulator:
             self._end(index, 503, "no_endpoint", now_s, route)
             return
         order = tuple(s.endpoint_id for s in ranking.endpoints)
-        self._attempt(_Flight(index, route, order, ranking.reason), now_s)
+        self._attempt(Flight(index, route, order, ranking.reason), now_s)
 
     # -- attempts ----------------------------------------------------------------------------
 
-    def _attempt(self, flight: _Flight, now_s: float) -> None:
+    def _attempt(self, flight: Flight, now_s: float) -> None:
         flight.attempt += 1
         endpoint_id = flight.order[(flight.attempt - 1) % len(flight.order)]
         flight.endpoint_id, flight.sent_s = endpoint_id, now_s
@@ -260,7 +245,7 @@ class Simulator:
                 return
         self._refused(flight, refusal, now_s)
 
-    def _refused(self, flight: _Flight, refusal: Refusal, now_s: float) -> None:
+    def _refused(self, flight: Flight, refusal: Refusal, now_s: float) -> None:
         if refusal.status == 0:
             self._push(now_s + self.gateway.server.first_byte_timeout_s, TIMEOUT, flight)
         elif refusal.status in failover.CLIENT_FAULT_STATUSES:
@@ -277,7 +262,7 @@ class Simulator:
         else:
             self._failed(flight, self.gateway.classify(flight.endpoint_id, refusal, now_s), now_s)
 
-    def _failed(self, flight: _Flight, failure: AttemptFailed, now_s: float) -> None:
+    def _failed(self, flight: Flight, failure: AttemptFailed, now_s: float) -> None:
         """Fail over along the ranking by the router's rules (gateway/core/failover.py)."""
         self.gateway.failed_attempt(flight.endpoint_id, flight.route, failure, now_s)
         server, order = self.gateway.server, flight.order
@@ -288,7 +273,7 @@ class Simulator:
         else:
             self._attempt(flight, now_s)
 
-    def _give_up(self, flight: _Flight, error: GatewayError, now_s: float) -> None:
+    def _give_up(self, flight: Flight, error: GatewayError, now_s: float) -> None:
         shed = isinstance(error, Rejected)  # every endpoint rate limited: a 429 to retry later
         index, reason, attempts = flight.index, error.code or "upstream_failed", flight.attempt
         self._end(index, error.status, reason, now_s, flight.route, shed=shed, attempts=attempts)
@@ -323,11 +308,11 @@ class Simulator:
         if engine.model.has_work:
             self._step(engine, now_s)
 
-    def _provider_end(self, flight: _Flight, now_s: float) -> None:
+    def _provider_end(self, flight: Flight, now_s: float) -> None:
         self.providers[flight.endpoint_id].in_flight -= 1
         self._complete(flight, now_s)
 
-    def _complete(self, flight: _Flight, now_s: float) -> None:
+    def _complete(self, flight: Flight, now_s: float) -> None:
         route, planned = flight.route, self.plan[flight.index]
         first_s = flight.first_s if flight.first_s is not None else now_s
         tokens = route.max_tokens or 1
@@ -340,7 +325,7 @@ class Simulator:
 
     def _observe(
         self,
-        flight: _Flight,
+        flight: Flight,
         now_s: float,
         outcome: str,
         status: int,
