@@ -3,6 +3,8 @@
 Discrete events on one heap, in time order (ties in insertion order):
     arrival      the next planned request reaches the gateway (`GatewayModel`: tenant limits,
                  candidates, admission, the policy's ranking), then its first attempt
+    turn         a session's later turn arrives, `think_s` after its previous turn ended
+                 (closed loop per session, as live: gateway/offline/session_turns.py)
     step end     an engine finishes an `EngineModel.step()`: its tokens are delivered (first
                  tokens, running streams' stretches and finished requests, observed as the live
                  relay does: gateway/core/progress.py) and the next step starts at once
@@ -15,7 +17,8 @@ Discrete events on one heap, in time order (ties in insertion order):
                  dispatcher (every 20 ms while requests wait)
 Attempts fail over along the ranking before the first token, as `gateway/server/router.py` does
 (at most `max_attempts`, at once when there is another endpoint, else after Retry-After).
-Requests still running `drain_s` after the last arrival are recorded as errors (`unfinished`).
+Requests still running `drain_s` after the scenario's duration are recorded as errors
+(`unfinished`), and so are a session's later turns never sent by then.
 """
 
 from __future__ import annotations
@@ -36,12 +39,13 @@ from gateway.offline.gateway_model import GatewayModel, Queued, offline_config
 from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider, scraped_state
 from gateway.offline.records import LoadRecord, served, unserved
 from gateway.offline.scenario import FaultEvent, Scenario
+from gateway.offline.session_turns import SessionTurns
 from gateway.offline.trace import PlannedRequest
 from gateway.telemetry.record import Finished
 from policies.admission import Admit, Queue, Reason, Reject
 from policies.base import EndpointSnapshot, RouteRequest
 
-STEP, PROVIDER_END, RETRY, TIMEOUT, FAULT, REFRESH, SCRAPE, PROBE, DISPATCH = range(9)
+STEP, PROVIDER_END, RETRY, TIMEOUT, FAULT, REFRESH, SCRAPE, PROBE, DISPATCH, TURN = range(10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,7 @@ class Simulator:
         self._events: list[tuple[float, int, int, Any]] = []
         self._order = itertools.count()
         self._records: list[LoadRecord | None] = [None] * len(plan)
+        self.turns = SessionTurns(plan)
         self._flights: dict[str, Flight] = {}
         self._seq = itertools.count()
         self._dispatching = False
@@ -91,6 +96,8 @@ class Simulator:
         for kind in (REFRESH, SCRAPE, PROBE):  # the lifespan starts them all at once
             self._push(0.0, kind, None)
         for index, planned in enumerate(self.plan):
+            if self.turns.waits(index):
+                continue  # it arrives when its previous turn ends (a TURN event)
             self._until(planned.arrival_s)
             self.gateway.now_s = planned.arrival_s
             self._arrive(index, planned)
@@ -132,6 +139,8 @@ class Simulator:
             self._fault(payload, now_s)
         elif kind == DISPATCH:
             self._dispatch_queue(now_s)
+        elif kind == TURN:
+            self._arrive(*payload)
         else:
             self._background(kind, now_s)
 
@@ -313,7 +322,7 @@ class Simulator:
         self._complete(flight, now_s)
 
     def _complete(self, flight: Flight, now_s: float) -> None:
-        route, planned = flight.route, self.plan[flight.index]
+        route, planned = flight.route, self.turns.sent[flight.index]
         first_s = flight.first_s if flight.first_s is not None else now_s
         tokens = route.max_tokens or 1
         tpot_s = (now_s - first_s) / (tokens - 1) if tokens > 1 else None
@@ -322,6 +331,7 @@ class Simulator:
         self._records[flight.index] = served(
             planned, route.request_id, where, first_s, now_s, tpot_s, flight.cached
         )
+        self._turn_over(flight.index, now_s)
 
     def _observe(
         self,
@@ -362,7 +372,7 @@ class Simulator:
         shed: bool = False,
         attempts: int = 0,
     ) -> None:
-        planned = self.plan[index]
+        planned = self.turns.sent[index]
         self.gateway.request_done(route, now_s)
         self._records[index] = unserved(
             str(index),
@@ -373,6 +383,13 @@ class Simulator:
             attempts=attempts,
             e2e_s=now_s - planned.arrival_s,
         )
+        self._turn_over(index, now_s)
+
+    def _turn_over(self, index: int, now_s: float) -> None:
+        """The request ended: its session's next turn arrives `think_s` later, within the run."""
+        following = self.turns.ended(index, now_s)
+        if following is not None and following[1].arrival_s <= self.end_s:
+            self._push(following[1].arrival_s, TURN, following)
 
     def _fault(self, fault: FaultEvent, now_s: float) -> None:
         member = self.engines.get(fault.member) or self.providers[fault.member]

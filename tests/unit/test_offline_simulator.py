@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.config.settings import SloClassConfig, TenantLimits
+from gateway.offline.prefix_scenarios import PromptedRequest
 from gateway.offline.records import LoadRecord
 from gateway.offline.report import RunFacts, summarize
 from gateway.offline.scenario import EngineSpec, ProviderSpec, Scenario, TenantSpec, Traffic
@@ -26,6 +27,7 @@ CLASSES = {
     "batch": SloClassConfig(deadline_ms=60_000, sheddable=True),
 }
 SHORT = LengthSpec(profile="conversation", scale=0.25, max_tokens=64)
+THINK_S = 0.05
 
 
 def scenario(**changes: Any) -> Scenario:
@@ -149,6 +151,48 @@ def test_requests_still_running_at_the_drain_deadline_are_errors() -> None:
     unfinished = [r for r in records if r.reason == "unfinished"]
     assert unfinished and all(r.outcome == "error" for r in unfinished)
     assert max(r.arrival_s for r in unfinished) > 19.0
+
+
+def turn(
+    arrival_s: float, output_tokens: int, session: str | None, number: int, think_s: float = THINK_S
+) -> PromptedRequest:
+    where = (session, number, think_s)
+    return PromptedRequest(arrival_s, 100, output_tokens, "app", "interactive", None, None, *where)
+
+
+def test_a_later_turn_arrives_think_s_after_the_previous_turn_ended() -> None:
+    """Closed loop per session, as live (tests/unit/test_loadtest_sessions.py): turn 1 is
+    planned long before turn 0's 50 tokens are out, and waits for them."""
+    plan = [turn(0.0, 50, "s", 0), turn(0.01, 5, "s", 1), turn(0.02, 5, None, 0)]
+    first, second, lone = simulate(scenario(), plan=plan)
+    assert first.outcome == second.outcome == lone.outcome == "ok"
+    assert first.arrival_s == 0.0 and lone.arrival_s == 0.02  # as planned
+    assert second.arrival_s == pytest.approx(first.e2e_s + THINK_S)  # not 0.01
+    assert second.start_s == second.arrival_s and second.e2e_s is not None
+    assert second.e2e_s < first.e2e_s  # measured from its own arrival
+
+
+def test_a_turn_follows_a_refused_turn_think_s_after_the_refusal() -> None:
+    one_at_a_time = TenantSpec(
+        allowed_classes=["interactive"], limits=TenantLimits(max_concurrent=1)
+    )
+    plan = [turn(0.0, 50, None, 0), turn(0.01, 5, "s", 0), turn(0.02, 5, "s", 1)]
+    lone, first, second = simulate(scenario(tenants={"app": one_at_a_time}), plan=plan)
+    assert lone.outcome == "ok" and first.outcome == "shed"  # at once, at 0.01
+    assert second.arrival_s == pytest.approx(0.01 + THINK_S)
+
+
+def test_a_turn_whose_previous_turn_never_ends_is_never_sent() -> None:
+    """As live: the next turn waits for an end that does not come within the run, and is
+    recorded unfinished at its planned arrival (loadtests/live.py does the same)."""
+    plan = [turn(0.0, 2000, "s", 0), turn(0.5, 5, "s", 1), turn(0.6, 1, "t", 0)]
+    plan.append(turn(0.7, 5, "t", 1, think_s=5.0))  # its previous turn ends, too late for it
+    spec = scenario(duration_s=1.0, drain_s=0.0)
+    running, waiting, ends, too_late = simulate(spec, plan=plan)
+    assert ends.outcome == "ok"
+    assert all(r.reason == "unfinished" for r in (running, waiting, too_late))
+    assert (waiting.arrival_s, too_late.arrival_s) == (0.5, 0.7)
+    assert waiting.attempts == too_late.attempts == 0
 
 
 def test_thousands_of_requests_on_twenty_endpoints() -> None:
