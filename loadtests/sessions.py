@@ -3,8 +3,9 @@ its previous turn ended, as a person at a chat sends the next message after read
 
 Open loop elsewhere: a call that is no session's later turn arrives at its planned time. Used
 inside the Locust process (gevent): `arrival_s` blocks the calling greenlet until the previous
-turn has ended. The offline simulator keeps turns open loop, `think_s` apart from the planned
-start (gateway/offline/prefix_scenarios.py).
+turn has ended; a turn whose previous turn never ends waits until the run stops, and the runner
+records it `unfinished` (loadtests/live.py). The offline simulator runs the same closed loop in
+virtual time (gateway/offline/session_turns.py).
 """
 
 from __future__ import annotations

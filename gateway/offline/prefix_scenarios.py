@@ -5,10 +5,11 @@ weight 1 / r^zipf_s), optionally a popular document (RAG: Zipf over `documents`)
 user message, then runs `turns` turns: each turn replays the whole conversation so far plus a
 new user message, and the assistant messages it replays are the text the simulated engine
 generates (`gateway.sim.wire.output_text`), so a replayed answer hits the engine's cache as it
-does with vLLM. Offline, turns are `think_s` apart (open loop: a turn does not wait for the
-previous answer; with think times longer than the answers this is close to a closed loop); the
-live load test sends each turn `think_s` after the previous one ends (loadtests/users.py). Text is
-synthetic at 4 characters a token. The scenario's ordinary `traffic` (unique prompts, no text)
+does with vLLM. Turns are planned `think_s` apart, but both drivers run them closed loop per
+session: a later turn arrives `think_s` after the previous turn's answer ended (offline
+gateway/offline/session_turns.py, live loadtests/sessions.py), so a slow answer delays the rest
+of its session, and a turn planned past `duration_s` is left out. Text is synthetic at 4
+characters a token. The scenario's ordinary `traffic` (unique prompts, no text)
 mixes in.
 
     sessions_slow  prefill-bound: slow-prefill engines, long growing contexts; the fleet keeps
@@ -50,7 +51,7 @@ class PromptedRequest(PlannedRequest):
 
     body: dict[str, Any] | None = None
     text: str | None = None
-    # the live load test sends turn k `think_s` after turn k-1 ends (closed loop per session)
+    # both drivers send turn k `think_s` after turn k-1 ends (closed loop per session)
     session: str | None = None
     turn: int = 0
     think_s: float = 0.0
