@@ -13,21 +13,15 @@ CI run two of them missed by a hair live (TTFT 2.515 s against 2.5 s; TPOT over 
 from __future__ import annotations
 
 import csv
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-from gateway.offline.report import Summary
 from gateway.offline.runs import Run, simulate
 from gateway.offline.scenarios import smoke
+from tests.fixtures.live_runs import attainment, live_run, needs_locust
 
-pytestmark = [
-    pytest.mark.integration,
-    pytest.mark.skipif(
-        importlib.util.find_spec("locust") is None, reason="needs Locust (the `load` extra)"
-    ),
-]
+pytestmark = [pytest.mark.integration, needs_locust]
 
 POLICY = "least_loaded"
 TOLERANCE = 0.25
@@ -35,14 +29,7 @@ TOLERANCE = 0.25
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
-    from loadtests.live import LiveOptions, run_live
-
-    out = tmp_path_factory.mktemp("smoke")
-    return run_live(smoke(), out, LiveOptions(policy=POLICY)), out
-
-
-def attainment(summary: Summary, slo_class: str) -> float:
-    return summary.groups[f"class:{slo_class}"].attainment
+    return live_run(tmp_path_factory, smoke(), POLICY)
 
 
 @pytest.mark.timeout(90)
