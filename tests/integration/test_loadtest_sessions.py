@@ -2,15 +2,16 @@
 session (a later turn arrives `think_s` after its previous turn's answer ended:
 loadtests/sessions.py, gateway/offline/session_turns.py), about 25 s live.
 
-Agreement tolerances, absolute: chat SLO attainment within 0.1 (or two of the class's
-requests when that is more), and the engines' cached-token share (cached over prompt tokens of
-the served requests) within 0.15. The live run adds what the simulator leaves out (HTTP, the SSE
-relay, Locust, a busy shared CPU), which only slows answers: later turns arrive a little later
-live, and slo_aware keeps fewer sessions on the engine holding their prefix (it measures slower
-engines live, we suppose; the cause is not confirmed). Measured in three runs on the shared 2-core machine: attainment 0.95-0.99 live, 1.00
-offline; cached share 0.68-0.71 live, 0.76 offline (in one run 38 of 64 later turns stayed on
-their previous turn's engine live, 54 offline). Open loop, the simulator gave 0.95 and 0.61,
-also within these tolerances: what tells the closed loop from the open one is the first test.
+Agreement tolerances, absolute: chat SLO attainment within 0.1 (or two of the class's requests
+when that is more), and the engines' cached-token share (cached over prompt tokens of the served
+requests) within 0.15. The live run adds what the simulator leaves out (HTTP, the SSE relay,
+Locust, a busy shared CPU), which only slows answers: later turns arrive a little later live,
+and slo_aware keeps fewer sessions on the engine holding their prefix (it measures slower
+engines live, we suppose; the cause is not confirmed). Measured in three runs on the shared
+2-core machine: attainment 0.95-0.99 live, 1.00 offline; cached share 0.68-0.71 live, 0.76
+offline (in one run 38 of 64 later turns stayed on their previous turn's engine live, 54
+offline). Open loop, the simulator gave 0.95 and 0.61, also within these tolerances: what tells
+the closed loop from the open one is the first test.
 """
 
 from __future__ import annotations
