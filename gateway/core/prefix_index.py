@@ -7,7 +7,10 @@ Method
 - Holders: `masks[h]`, a bitmask over endpoint slots, for every block hash h of a chain
   (`prefix_chain.py`) routed to them. A lookup walks the request's chain once, ANDing the
   masks of the candidates still matching, and stops at the first block none holds: the depth
-  at which each endpoint drops out is its match. No per-endpoint work per block.
+  at which each endpoint drops out is its match. No per-endpoint work per block. The slots of
+  a mask are kept by its value (`_slots_of`): a slot is never given to another endpoint, and
+  the same few sets of holders (all that hold a shared system prompt, the one or two holding
+  a conversation) come back request after request.
 - Recency: each endpoint keeps its entries in touch order (`Holder.touched`, hash -> the
   endpoint's write position and the time when last routed there). An entry is alive while
   `writes - position <= kappa * capacity` and `now - time <= ttl_s`: the endpoint's cache
@@ -35,6 +38,7 @@ from gateway.core.prefix_chain import PrefixChain
 
 KAPPA_MIN, KAPPA_MAX = 0.1, 1.0
 PRECISION_WEIGHT = 0.1  # of each new response in the precision EWMA
+SLOTS_MEMO_SIZE = 4096  # masks whose slots are kept; past it the memo starts again
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,7 @@ class PrefixIndex:
         self.holders: dict[str, Holder] = {}
         self._ids: list[str] = []  # slot -> endpoint id
         self._precision: list[float] = []  # slot -> its holder's precision, for lookups
+        self._slots: dict[int, tuple[int, ...]] = {}  # mask -> its slots, lowest first
 
     def holder(self, endpoint_id: str) -> Holder:
         found = self.holders.get(endpoint_id)
@@ -78,12 +83,10 @@ class PrefixIndex:
 
     def match(self, chain: PrefixChain) -> dict[str, int]:
         """Matched depth (blocks) per endpoint holding at least the chain's first block."""
-        ids, depths = self._ids, {}
+        ids, depths, slots_of = self._ids, {}, self._slots.get
         for bits, depth in self._walk(chain.hashes):
-            while bits:
-                low = bits & -bits
-                depths[ids[low.bit_length() - 1]] = depth
-                bits ^= low
+            for slot in slots_of(bits) or self._slots_of(bits):
+                depths[ids[slot]] = depth
         return depths
 
     def cached(self, chain: PrefixChain, prompt_tokens: int) -> dict[str, float]:
@@ -92,13 +95,23 @@ class PrefixIndex:
         ids, precision, found = self._ids, self._precision, {}
         ends = chain.ends
         scale = prompt_tokens / ends[-1] if ends else 0.0
+        slots_of = self._slots.get
         for bits, depth in self._walk(chain.hashes):
             tokens = ends[depth - 1] * scale
-            while bits:
-                low = bits & -bits
-                slot = low.bit_length() - 1
+            for slot in slots_of(bits) or self._slots_of(bits):
                 found[ids[slot]] = precision[slot] * tokens
-                bits ^= low
+        return found
+
+    def _slots_of(self, mask: int) -> tuple[int, ...]:
+        """The slots set in a mask, lowest first, kept for the next lookup of the same mask."""
+        if len(self._slots) >= SLOTS_MEMO_SIZE:
+            self._slots.clear()
+        slots, bits = [], mask
+        while bits:
+            low = bits & -bits
+            slots.append(low.bit_length() - 1)
+            bits ^= low
+        found = self._slots[mask] = tuple(slots)
         return found
 
     def _walk(self, hashes: tuple[int, ...]) -> list[tuple[int, int]]:

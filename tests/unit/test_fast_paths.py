@@ -15,6 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.core.prefix_chain import PrefixChain
+from gateway.core.prefix_index import PrefixIndex
 from policies.base import EndpointSnapshot, EngineSignals, LatencyEstimate, RouteRequest, SloTarget
 from policies.estimate import EstimateParams, Estimator, Prediction
 from policies.slo_aware import _tiers, headroom, utilisation
@@ -154,3 +156,46 @@ def test_a_class_without_targets_meets_everywhere_with_equal_headroom() -> None:
     assert len(meets) == 2 and not unproven and not misses
     assert all(headroom(slo, Prediction._make(row)) == math.inf for row in rows)
     assert {key[6] for key in meets} == {0.0}  # the inlined ratio: no target binds
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(1, 12), st.integers(0, 3)), max_size=60),
+    st.integers(1, 12),
+    st.integers(1, 20_000),
+)
+def test_prefix_lookup_by_kept_slots_equals_the_bit_loop(
+    routes: list[tuple[int, int, int]], depth: int, prompt_tokens: int
+) -> None:
+    """`PrefixIndex.cached` and `match` read each mask's slots from a memo: the same endpoints,
+    tokens and order as walking the mask's bits, on a cold memo and a warm one."""
+    chains = [PrefixChain(tuple(range(b, b + 12)), tuple(range(100, 1300, 100))) for b in (0, 5)]
+    index = PrefixIndex()
+    for endpoint, routed_depth, which in routes:
+        chain = chains[which % 2]
+        index.routed(f"e{endpoint}", chain._replace(hashes=chain.hashes[:routed_depth]), 0, 0.0)
+    for holder in index.holders.values():  # precisions other than 1
+        index._precision[holder.slot] = holder.slot / 40
+    chain = chains[0]._replace(hashes=chains[0].hashes[:depth], ends=chains[0].ends[:depth])
+    for _ in range(2):
+        cached, depths = index.cached(chain, prompt_tokens), index.match(chain)
+        plain_cached, plain_depths = _bit_loop(index, chain, prompt_tokens)
+        assert list(cached.items()) == list(plain_cached.items())
+        assert list(depths.items()) == list(plain_depths.items())
+
+
+def _bit_loop(
+    index: PrefixIndex, chain: PrefixChain, prompt_tokens: int
+) -> tuple[dict[str, float], dict[str, int]]:
+    """`PrefixIndex.cached` and `match` as they were: each mask's bits walked lowest first."""
+    ids, precision, cached, depths = index._ids, index._precision, {}, {}
+    scale = prompt_tokens / chain.ends[-1]
+    for bits, depth in index._walk(chain.hashes):
+        tokens = chain.ends[depth - 1] * scale
+        while bits:
+            low = bits & -bits
+            slot = low.bit_length() - 1
+            cached[ids[slot]] = precision[slot] * tokens
+            depths[ids[slot]] = depth
+            bits ^= low
+    return cached, depths
