@@ -9,11 +9,13 @@ request; then the same decision. Hashing the prompt into its chain
 (gateway/core/prefix_chain.py) happens once per request before admission, like the token
 estimate, and is timed on its own line ("+ hashing" adds it to the decision).
 
-A decision here is what the gateway does per request once snapshots are built: update each
-endpoint's saturation state (hysteresis), decide admission, keep the endpoints with headroom for
-the class, and rank them with the policy. Every registered policy is timed on the same mixed
-fleet (vLLM replicas with gauges of various ages, hosted providers, cold endpoints) and
-requests; the ratio column compares with round_robin in the same run. Target: p50 < 50 µs.
+A decision here is what the gateway does per request once snapshots are built: its own
+`AdmissionControl.admit` (gateway/core/admission_control.py: each endpoint's saturation state
+moved on by hysteresis and the state this request's KV footprint would find it in, one pass;
+the admission decision; the endpoints with headroom for the class), then the policy's ranking.
+Every registered policy is timed on the same mixed fleet (vLLM replicas with gauges of various
+ages, hosted providers, cold endpoints) and requests; the ratio column compares with
+round_robin in the same run. Target: p50 < 50 µs.
 
 The fleet's snapshots, and so their `LatencyEstimate`s, stay the same for every decision, as the
 gateway's shared view hands the same statistics objects to every request between two refreshes
@@ -28,16 +30,13 @@ import statistics
 import time
 from dataclasses import replace
 
+from gateway.core.admission_control import AdmissionControl, Waiting
 from gateway.core.prefix_chain import chain_of
 from gateway.core.prefix_index import PrefixIndex
 from gateway.core.prefix_lookup import with_cached
-from policies.admission import (
-    AdmissionParams,
-    Saturation,
-    decide,
-    next_saturations,
-    with_headroom,
-)
+from gateway.state.background import run_to_completion
+from gateway.state.memory_store import MemoryStatsStore
+from policies.admission import AdmissionParams
 from policies.base import EndpointSnapshot, EngineSignals, LatencyEstimate, RouteRequest, SloTarget
 from policies.registry import POLICIES, build
 
@@ -109,21 +108,24 @@ def requests(rng: random.Random) -> list[RouteRequest]:
     ]
 
 
+def admission_control() -> AdmissionControl[Waiting]:
+    """The gateway's admission with default parameters and no tenant limits: `admit` reads no
+    store (tenant limits are a separate call, `tenant_ticket`)."""
+    return AdmissionControl(AdmissionParams(), {}, MemoryStatsStore(), run_to_completion, 30.0)
+
+
 def time_decisions(
     name: str | None, endpoints: list[EndpointSnapshot], batch: list[RouteRequest]
 ) -> list[float]:
-    """µs per decision: saturation updates, admission, headroom filter and (unless None) rank."""
-    params = AdmissionParams()
+    """µs per decision: the gateway's admission and (unless None) the policy's ranking."""
+    admission = admission_control()
     policy = build(POLICIES[name][0]()) if name else None
     rng = random.Random(1)
-    states: dict[str, Saturation] = {}
     costs_us = []
     ranked = 0
     for request in batch:
         started = time.perf_counter_ns()
-        states = next_saturations(states, endpoints, params)
-        decide(request.slo, states.values(), params, now_s=0.0)
-        usable = with_headroom(endpoints, states, request.slo, params)
+        _, usable = admission.admit(request, endpoints, 0.0)
         if policy is not None:
             policy.rank(request, usable or endpoints, rng)
         costs_us.append((time.perf_counter_ns() - started) / 1000)
@@ -172,10 +174,9 @@ def time_prefix_decisions(
     """µs per decision as `time_decisions`, plus hashing the body and the index lookup."""
     bodies = sessions(random.Random(5))
     index = seeded_index(endpoints, bodies)
-    params = AdmissionParams()
+    admission = admission_control()
     policy = build(POLICIES[name][0]())
     rng = random.Random(1)
-    states: dict[str, Saturation] = {}
     costs_us = []
     for number, request in enumerate(batch):
         body = bodies[number % len(bodies)]
@@ -184,10 +185,8 @@ def time_prefix_decisions(
         chain = chain_of(body)
         HASHING_US.append((time.perf_counter_ns() - hashing) / 1000)
         started = time.perf_counter_ns()
-        states = next_saturations(states, endpoints, params)
-        decide(request.slo, states.values(), params, now_s=0.0)
-        usable = with_headroom(endpoints, states, request.slo, params) or endpoints
-        policy.rank(with_cached(request, index, chain), usable, rng)
+        _, usable = admission.admit(request, endpoints, 0.0)
+        policy.rank(with_cached(request, index, chain), usable or endpoints, rng)
         costs_us.append((time.perf_counter_ns() - started) / 1000)
     return costs_us
 
@@ -211,7 +210,7 @@ def measure(endpoints: list[EndpointSnapshot], batch: list[RouteRequest]) -> dic
 def main() -> None:
     rng = random.Random(7)
     endpoints, batch = fleet(rng), requests(rng)
-    print(f"decision = saturation x{ENDPOINTS} + admission + headroom filter + rank")
+    print(f"decision = AdmissionControl.admit over {ENDPOINTS} endpoints + rank")
     print(f"{DECISIONS} decisions per policy, {ENDPOINTS} endpoints, {ROUNDS} interleaved rounds")
     print(f"target p50 < {TARGET_P50_US} µs")
     costs = measure(endpoints, batch)

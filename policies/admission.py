@@ -2,8 +2,8 @@
 
 Pure: snapshots, the previous state and the caller's clock (`now_s`) in, a decision out. The
 gateway (`gateway/core/admission_control.py`) keeps each endpoint's previous `Saturation`,
-applies tenant limits with the store's atomic counters, holds the `DeadlineQueue` and renders
-rejections.
+applies tenant limits with the store's atomic counters, holds the `DeadlineQueue`
+(policies/deadline_queue.py) and renders rejections.
 
 Pressure of one endpoint (0 = idle, 1 = at a threshold), the largest of
     kv_usage / kv_threshold                                  engine gauges, used only when no
@@ -43,17 +43,17 @@ non-sheddable one.
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from functools import cached_property
-from typing import Any, Generic, Literal, NamedTuple, Self, TypeVar
+from typing import Any, Literal, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.base import EndpointSnapshot, SloTarget
+from policies.deadline_queue import can_still_meet
 
 
 class Reason(StrEnum):
@@ -167,8 +167,22 @@ def request_states(
     params: AdmissionParams,
 ) -> dict[str, Saturation]:
     """Each endpoint's state as this request would find it once admitted (never lower)."""
-    found = _states({}, snapshots, params.limits, footprint_tokens)
+    found: dict[str, Saturation] = {}
+    _states({}, snapshots, params.limits, footprint_tokens, request=found)
     return {key: max(states.get(key, _OPEN), state) for key, state in found.items()}
+
+
+def admission_states(
+    previous: Mapping[str, Saturation],
+    snapshots: Iterable[EndpointSnapshot],
+    footprint_tokens: int,
+    params: AdmissionParams,
+) -> tuple[dict[str, Saturation], dict[str, Saturation]]:
+    """`next_saturations`, and `request_states` over them, in one pass over the snapshots (a
+    request's admission needs both, and the pressure is the same work in each): (each
+    endpoint's next state, the state this request would find it in once admitted)."""
+    found: dict[str, Saturation] = {}
+    return _states(previous, snapshots, params.limits, footprint_tokens, request=found), found
 
 
 # Enum attribute lookups cost about 0.1 µs each; these run per endpoint per request.
@@ -195,18 +209,21 @@ def _states(
     previous: Mapping[str, Saturation],
     snapshots: Iterable[EndpointSnapshot],
     limits: Limits,
-    footprint_tokens: int,
+    footprint_tokens: int = 0,
     levels: dict[str, float] | None = None,
+    request: dict[str, Saturation] | None = None,
 ) -> dict[str, Saturation]:
-    """Each endpoint's next state from its pressure (also put in `levels` when given). One
-    loop, the pressure inlined and the thresholds read once, `x if x > y else y` for max():
-    this runs per endpoint per request."""
+    """Each endpoint's next state from its pressure, by hysteresis from `previous`. Into
+    `request` when given: the state a request of `footprint_tokens` would find it in once
+    admitted (the pressure with that footprint added to the KV in use, from OPEN, never below
+    the next state); into `levels`: that pressure. One loop, the pressure inlined and the
+    thresholds read once, `x if x > y else y` for max(): this runs per endpoint per request."""
     (in_flight_threshold, max_age_s, kv_threshold, queue_threshold, band, reserved_at,
      preemption_threshold_per_s) = limits  # fmt: skip
     open_below = reserved_at - band  # OPEN whatever it was before: most endpoints
     states = {}
     for snapshot in snapshots:
-        level = 0.0
+        level = added = 0.0  # added: the KV level with the request's footprint
         if snapshot.max_concurrency:
             level = snapshot.in_flight / (snapshot.max_concurrency * in_flight_threshold)
         engine = snapshot.engine
@@ -215,11 +232,12 @@ def _states(
             kv_usage = engine.kv_usage
             if kv_usage is not None:
                 # KV in use: the gauge, or our own dispatched footprint when it is larger (the
-                # gauge lags), plus the footprint of the request being decided
+                # gauge lags); with the footprint of the request being decided, for `request`
                 capacity = engine.kv_capacity_tokens
                 if capacity:
                     ours = snapshot.in_flight_tokens / capacity
-                    kv_usage = (kv_usage if kv_usage > ours else ours) + footprint_tokens / capacity
+                    kv_usage = kv_usage if kv_usage > ours else ours
+                    added = (kv_usage + footprint_tokens / capacity) / kv_threshold
                 kv_level = kv_usage / kv_threshold
                 level = kv_level if kv_level > level else level
             waiting = engine.waiting_for_capacity  # when reported (policies/engine_pressure.py)
@@ -232,12 +250,16 @@ def _states(
                 preemption_level = preempting / preemption_threshold_per_s
                 level = preemption_level if preemption_level > level else level
         key = snapshot.endpoint_id
-        if level < open_below:
-            states[key] = _OPEN
-        else:
-            states[key] = _saturation(previous.get(key, _OPEN), level, limits)
+        state = (
+            _OPEN if level < open_below else _saturation(previous.get(key, _OPEN), level, limits)
+        )
+        states[key] = state
+        loaded = added if added > level else level  # the pressure once the request is in
+        if request is not None:
+            alone = _OPEN if loaded < open_below else _saturation(_OPEN, loaded, limits)
+            request[key] = alone if alone > state else state
         if levels is not None:
-            levels[key] = level
+            levels[key] = loaded
     return states
 
 
@@ -314,84 +336,3 @@ def queue_budget_s(slo: SloTarget, params: AdmissionParams) -> float:
     """How long a request of this class may wait: its TTFT target, capped by the queue's."""
     target_s = slo.ttft_s if slo.ttft_s is not None else slo.deadline_s
     return min(target_s if target_s is not None else math.inf, params.queue_max_wait_s)
-
-
-def can_still_meet(now_s: float, deadline_s: float, predicted_ttft_s: float) -> bool:
-    return now_s + predicted_ttft_s <= deadline_s
-
-
-Item = TypeVar("Item")
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry(Generic[Item]):
-    deadline_s: float
-    seq: int  # insertion order: equal deadlines stay first come, first served
-    service_s: float
-    item: Item
-
-
-class DeadlineQueue(Generic[Item]):
-    """Waiting requests, earliest deadline first, bounded; no clock, no I/O, no locks.
-
-    Each item carries its deadline and its predicted service time (TTFT once dispatched), so
-    `drop_expired` can reject it as soon as it can no longer meet the deadline, not at it.
-    """
-
-    def __init__(self, max_size: int) -> None:
-        self.max_size = max_size
-        self._entries: list[_Entry[Item]] = []
-        self._seq = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    @property
-    def full(self) -> bool:
-        return len(self._entries) >= self.max_size
-
-    def push(self, item: Item, deadline_s: float, service_s: float = 0.0) -> bool:
-        """Add an item; False (and not added) when the queue is full."""
-        if self.full:
-            return False
-        self._seq += 1
-        entry = _Entry(deadline_s, self._seq, service_s, item)
-        bisect.insort(self._entries, entry, key=_order)
-        return True
-
-    def pop(self, now_s: float, fits: Callable[[Item], bool] | None = None) -> Item | None:
-        """The earliest-deadline item that can still meet its deadline and `fits` (if given)."""
-        for index, entry in enumerate(self._entries):
-            alive = can_still_meet(now_s, entry.deadline_s, entry.service_s)
-            if alive and (fits is None or fits(entry.item)):
-                del self._entries[index]
-                return entry.item
-        return None
-
-    def drop_expired(self, now_s: float) -> list[Item]:
-        """Remove and return the items that can no longer meet their deadline."""
-        kept: list[_Entry[Item]] = []
-        dead: list[Item] = []
-        for entry in self._entries:
-            if can_still_meet(now_s, entry.deadline_s, entry.service_s):
-                kept.append(entry)
-            else:
-                dead.append(entry.item)
-        self._entries = kept
-        return dead
-
-    def remove(self, item: Item) -> bool:
-        """Forget an item (its client went away); False when it was not queued."""
-        for index, entry in enumerate(self._entries):
-            if entry.item is item:
-                del self._entries[index]
-                return True
-        return False
-
-    def next_expiry_s(self) -> float | None:
-        """When the next item becomes unreachable, for the caller's timer."""
-        return min((e.deadline_s - e.service_s for e in self._entries), default=None)
-
-
-def _order(entry: _Entry[Item]) -> tuple[float, int]:
-    return entry.deadline_s, entry.seq

@@ -31,11 +31,11 @@ from gateway.state.usage import BudgetQuota, Settlement, UsageLine
 from policies.admission import (
     AdmissionParams,
     Admit,
-    DeadlineQueue,
     Decision,
     Reason,
     Reject,
     Saturation,
+    admission_states,
     decide,
     has_headroom,
     next_saturations,
@@ -43,6 +43,7 @@ from policies.admission import (
     with_headroom,
 )
 from policies.base import EndpointSnapshot, RouteRequest
+from policies.deadline_queue import DeadlineQueue
 
 TENANT_WINDOW_S = 60.0
 DISPATCH_TICK_S = 0.02
@@ -137,12 +138,26 @@ class AdmissionControl(Generic[W]):
         self.queue.max_size = params.queue_max_size
 
     def saturation(self, snapshots: Sequence[EndpointSnapshot]) -> dict[str, Saturation]:
+        self._note_pools(snapshots)
         states = next_saturations(self.states, snapshots, self.params)
         self.states.update(states)
+        return states
+
+    def _note_pools(self, snapshots: Sequence[EndpointSnapshot]) -> None:
         pools = [s.engine.kv_capacity_tokens for s in snapshots if s.engine is not None]
         if any(pools):
             self._largest_pool_tokens = max(pool or 0 for pool in pools)
-        return states
+
+    def _admitted_states(
+        self, route: RouteRequest, current: Sequence[EndpointSnapshot]
+    ) -> dict[str, Saturation]:
+        """`_states_for(route, current, saturation(current))` in one pass over the endpoints
+        (`admission_states`): the hysteresis moves on, and each endpoint's state as this
+        request would find it once admitted comes back."""
+        self._note_pools(current)  # first: the footprint reads the largest pool
+        states, found = admission_states(self.states, current, self.footprint(route), self.params)
+        self.states.update(states)
+        return found
 
     def footprint(self, route: RouteRequest) -> int:
         """KV tokens the request will hold at most: its prompt plus its output.
@@ -159,7 +174,7 @@ class AdmissionControl(Generic[W]):
         self, route: RouteRequest, current: Sequence[EndpointSnapshot], now: float
     ) -> tuple[Decision, list[EndpointSnapshot]]:
         """The decision and, when admitted, the candidates this request may use now."""
-        states = self._states_for(route, current, self.saturation(current))
+        states = self._admitted_states(route, current)
         decision = decide(
             route.slo, states.values(), self.params, now_s=now, queued=self.queued[route.model]
         )
@@ -171,9 +186,7 @@ class AdmissionControl(Generic[W]):
         self, route: RouteRequest, current: Sequence[EndpointSnapshot]
     ) -> list[EndpointSnapshot]:
         """After waiting: the candidates with headroom for its class (all when none has)."""
-        return self._eligible(
-            route, current, self._states_for(route, current, self.saturation(current))
-        )
+        return self._eligible(route, current, self._admitted_states(route, current))
 
     def _eligible(
         self,

@@ -10,7 +10,6 @@ from policies.admission import (
     ADMIT,
     AdmissionParams,
     Admit,
-    DeadlineQueue,
     Decision,
     Queue,
     Reason,
@@ -25,6 +24,7 @@ from policies.admission import (
     with_headroom,
 )
 from policies.base import EndpointSnapshot, EngineSignals, SloTarget
+from policies.deadline_queue import DeadlineQueue
 
 PARAMS = AdmissionParams()  # KV 0.8, queue 5, reserve above 7/8 of a threshold, band 0.1
 OPEN, RESERVED, FULL = Saturation.OPEN, Saturation.RESERVED, Saturation.SATURATED
