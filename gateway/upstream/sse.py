@@ -33,16 +33,13 @@ _DONE = b"data: [DONE]"
 
 
 _FINISH = b'"finish_reason":"'
+_FINISH_SPACED = b'"finish_reason": "'
 
 
 def _finishes(data: bytes) -> bool:
-    """A choice's last chunk: its finish_reason is a string (`null` on every other one), in
-    compact JSON or with a space after the colon; one search either way."""
-    at = data.find(b'"finish_reason":')
-    if at < 0:
-        return False
-    value = data[at + 16 : at + 18]
-    return value[:1] == b'"' or value == b' "'
+    """A choice's last chunk: a finish_reason that is a string (`null` on every other chunk),
+    any choice's, in compact JSON or with a space after the colon."""
+    return _FINISH in data or _FINISH_SPACED in data
 
 
 # A non-empty string value for "content" or "text", or any tool-call delta.
@@ -64,15 +61,24 @@ class StreamWatch(EventWatch):
             events = routine_events(chunk)
             if events:
                 self._token(time.perf_counter(), events=events)
-                old = self._old_model
-                return chunk if old is None else chunk.replace(old, self._new_model)
+                return self._restamped(chunk)
+            cut, events = routine_head(chunk)
+            if events:  # a stream's last read: its last content events, then its end
+                self._token(time.perf_counter(), events=events)
+                return self._restamped(chunk[:cut]) + self._events(chunk[cut:])
+        return self._events(chunk)
+
+    def _events(self, chunk: bytes) -> bytes:
+        """Each whole event read one by one; the whole events back, restamped."""
         parts = self._split(chunk)
         now = time.perf_counter()
         for event in parts:
             self._event(event.strip(), now)
-        out = joined(parts)
+        return self._restamped(joined(parts))
+
+    def _restamped(self, events: bytes) -> bytes:
         old = self._old_model
-        return out if old is None else out.replace(old, self._new_model)
+        return events if old is None else events.replace(old, self._new_model)
 
     def _event(self, event: bytes, now: float) -> None:
         if not event.startswith(b"data:"):
@@ -80,11 +86,15 @@ class StreamWatch(EventWatch):
         if event.startswith(_DONE):
             self.done = True
             return
+        # `_finishes` inlined: under load most events come here, not through `routine_events`
+        # (a read coalesces a stream's last events with its finish and [DONE]), and a call per
+        # event cost more than the rest of the test
         if (
             self.first_token_s is None
             or b'"usage"' in event
             or b'"error"' in event
-            or _finishes(event)
+            or _FINISH in event
+            or _FINISH_SPACED in event
         ):
             self._parse(event, now)
         elif _CONTENT.search(event):
@@ -142,6 +152,23 @@ def routine_events(chunk: bytes) -> int:
         + chunk.count(b'"tool_calls":[')
     )
     return events if hits == events else 0
+
+
+# What makes an event other than routine (`routine_events`), as the substrings it tests.
+_ENDING = (b'"usage"', b'"error"', b"[DONE]", _FINISH, _FINISH_SPACED)
+
+
+def routine_head(chunk: bytes) -> tuple[int, int]:
+    """(length, content events) of the routine events a chunk starts with, up to the first
+    event that is not (its finish, usage or [DONE]; `routine_events` on that part), else (0, 0).
+    Under load a stream's reads coalesce, and its last read holds its last content events
+    and then its end: those need no one-by-one reading."""
+    ends = [at for marker in _ENDING if (at := chunk.find(marker)) >= 0]
+    if not ends:
+        return 0, 0  # not routine for another reason: read it one event at a time
+    cut = chunk.rfind(b"\n\n", 0, min(ends)) + 2
+    events = routine_events(chunk[:cut]) if cut > 2 else 0
+    return (cut, events) if events else (0, 0)
 
 
 def _has_content(body: dict[str, Any]) -> bool:

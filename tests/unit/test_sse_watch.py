@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gateway.upstream.sse import StreamWatch, routine_events
 
 
@@ -85,3 +88,59 @@ def test_reads_of_severalroutine_events_count_each_content_event_once() -> None:
     watch.feed(compact("f") + event(tool))
     watch.feed(compact("g") + chunk("h"))  # spaced JSON: not routine, still counted
     assert watch.content_events == 9
+
+
+def compact_stream(tokens: list[str]) -> list[bytes]:
+    """A vLLM-shaped stream, one event per item: role, content, finish, usage, [DONE]."""
+
+    def event_of(choices: list[object], **extra: object) -> bytes:
+        body = {"id": "c1", "model": "up", "choices": choices, **extra}
+        return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+    events = [event_of([{"index": 0, "delta": {"role": "assistant", "content": ""}}])]
+    events += [event_of([{"index": 0, "delta": {"content": t}}]) for t in tokens]
+    events.append(event_of([{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+    events.append(event_of([], usage={"prompt_tokens": 5, "completion_tokens": len(tokens)}))
+    return [*events, b"data: [DONE]\n\n"]
+
+
+class CountingWatch(StreamWatch):
+    read_one_by_one: int = 0
+
+    def _event(self, event: bytes, now: float) -> None:
+        self.read_one_by_one += 1
+        super()._event(event, now)
+
+
+def facts(watch: StreamWatch) -> tuple[object, ...]:
+    return (
+        watch.content_events, watch.output_tokens, watch.prompt_tokens, watch.done,
+        watch.upstream_error, watch.described, watch.usage, watch.first_token_s is not None,
+    )  # fmt: skip
+
+
+@given(st.lists(st.text("ab ", min_size=1, max_size=3), min_size=1, max_size=30), st.data())
+def test_coalesced_reads_give_what_one_event_per_read_gives(
+    tokens: list[str], data: st.DataObject
+) -> None:
+    """However reads coalesce whole events (as under load), the watch ends with the same facts
+    and relays the same bytes, restamped, as when each event comes alone."""
+    events = compact_stream(tokens)
+    alone = StreamWatch(0.0, "public")
+    expected = b"".join(alone.feed(e) for e in events)
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(events) - 1))))
+    reads = [b"".join(events[a:b]) for a, b in zip([0, *cuts], [*cuts, len(events)], strict=True)]
+    coalesced = StreamWatch(0.0, "public")
+    assert b"".join(coalesced.feed(r) for r in reads) == expected
+    assert facts(coalesced) == facts(alone)
+    assert b'"model":"public"' in expected and b'"model":"up"' not in expected
+
+
+def test_a_last_read_of_content_and_the_end_reads_only_the_end_one_by_one() -> None:
+    events = compact_stream(["a", "b", "c", "d", "e", "f"])
+    watch = CountingWatch(0.0)
+    watch.feed(b"".join(events[:2]))  # role, then the first token: read one by one
+    watch.feed(b"".join(events[2:]))  # five content events, then finish, usage and [DONE]
+    assert watch.read_one_by_one == 2 + 3
+    assert watch.content_events == 6 and watch.done
+    assert watch.described.finish_reasons == ("stop",)

@@ -272,6 +272,12 @@ def test_each_grammar_says_what_answered_and_its_cached_prompt() -> None:
         (b'data: {"choices":[{"delta":{"content":"a"},"finish_reason":null}]}', False),
         (b'data: {"choices": [{"delta": {"content": "a"}, "finish_reason": null}]}', False),
         (b'data: {"choices":[{"delta":{"content":"a"}}]}', False),
+        # n > 1: the second choice finishes while the first streams on
+        (
+            b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null},'
+            b'{"index":1,"delta":{},"finish_reason":"stop"}]}',
+            True,
+        ),
     ],
 )
 def test_a_finishing_chunk_is_told_in_compact_and_spaced_json(event: bytes, finishes: bool) -> None:
