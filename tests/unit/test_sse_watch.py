@@ -107,9 +107,9 @@ def compact_stream(tokens: list[str]) -> list[bytes]:
 class CountingWatch(StreamWatch):
     read_one_by_one: int = 0
 
-    def _event(self, event: bytes, now: float) -> None:
+    def _event(self, event: bytes, now: float, marked: bool) -> None:
         self.read_one_by_one += 1
-        super()._event(event, now)
+        super()._event(event, now, marked)
 
 
 def facts(watch: StreamWatch) -> tuple[object, ...]:
@@ -144,3 +144,20 @@ def test_a_last_read_of_content_and_the_end_reads_only_the_end_one_by_one() -> N
     assert watch.read_one_by_one == 2 + 3
     assert watch.content_events == 6 and watch.done
     assert watch.described.finish_reasons == ("stop",)
+
+
+@given(st.lists(st.text("ab ", min_size=1, max_size=3), min_size=1, max_size=30), st.data())
+def test_reads_cut_anywhere_give_what_one_event_per_read_gives(
+    tokens: list[str], data: st.DataObject
+) -> None:
+    """The same with reads cut mid-event, as the network may: a read's marks (usage, error,
+    finish) are looked for with the part of an event held over from the read before."""
+    events = compact_stream(tokens)
+    alone = StreamWatch(0.0, "public")
+    expected = b"".join(alone.feed(e) for e in events)
+    stream = b"".join(events)
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(stream) - 1), max_size=12)))
+    reads = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    cut = StreamWatch(0.0, "public")
+    assert b"".join(cut.feed(r) for r in reads) + cut.flush() == expected
+    assert facts(cut) == facts(alone)
