@@ -59,39 +59,49 @@ class StreamWatch(EventWatch):
     def feed(self, chunk: bytes) -> bytes:
         if self.first_token_s is not None and not self._pending:
             events = routine_events(chunk)
-            if events:
+            if events:  # the common read once the first token is out: counts only
                 self._token(time.perf_counter(), events=events)
                 return self._restamped(chunk)
-            cut, events = routine_head(chunk)
-            if events:  # a stream's last read: its last content events, then its end
-                self._token(time.perf_counter(), events=events)
-                return self._restamped(chunk[:cut]) + self._events(chunk[cut:])
-        return self._events(chunk)
-
-    def _events(self, chunk: bytes) -> bytes:
-        """Each whole event read one by one; the whole events back, restamped."""
         parts = self._split(chunk)
-        whole = joined(parts)
         now = time.perf_counter()
-        # what makes an event worth parsing, looked for once per read: most reads hold none
-        marked = b'"usage"' in whole or b'"error"' in whole or _finishes(whole)
-        for event in parts:
-            self._event(event.strip(), now, marked)
-        return self._restamped(whole)
+        for at, event in enumerate(parts):
+            if self.first_token_s is not None:  # the rest of the read, as a later read
+                self._after_first(parts[at:] if at else parts, now)
+                break
+            self._event(event.strip(), now)
+        return self._restamped(joined(parts))
+
+    def _after_first(self, parts: list[bytes], now: float) -> None:
+        """Whole events after the first token: counted at once where routine (all of them, or
+        those before the stream's end), the others read one by one. Under load a stream's
+        reads coalesce, so most of its events arrive in the read of its first token or in
+        the read that ends it, not in routine reads of their own."""
+        events = joined(parts)
+        counted = routine_events(events)
+        if counted:
+            self._token(now, events=counted)
+            return
+        counted = routine_head(events)
+        if counted:
+            self._token(now, events=counted)
+        for event in parts[counted:]:  # a routine event is one content event
+            self._event(event.strip(), now)
 
     def _restamped(self, events: bytes) -> bytes:
         old = self._old_model
         return events if old is None else events.replace(old, self._new_model)
 
-    def _event(self, event: bytes, now: float, marked: bool) -> None:
-        """`marked`: whether the read holding it mentions usage, an error or a finish."""
+    def _event(self, event: bytes, now: float) -> None:
         if not event.startswith(b"data:"):
             return
         if event.startswith(_DONE):
             self.done = True
             return
-        if self.first_token_s is None or (
-            marked and (b'"usage"' in event or b'"error"' in event or _finishes(event))
+        if (
+            self.first_token_s is None
+            or b'"usage"' in event
+            or b'"error"' in event
+            or _finishes(event)
         ):
             self._parse(event, now)
         elif _CONTENT.search(event):
@@ -155,17 +165,14 @@ def routine_events(chunk: bytes) -> int:
 _ENDING = (b'"usage"', b'"error"', b"[DONE]", _FINISH, _FINISH_SPACED)
 
 
-def routine_head(chunk: bytes) -> tuple[int, int]:
-    """(length, content events) of the routine events a chunk starts with, up to the first
-    event that is not (its finish, usage or [DONE]; `routine_events` on that part), else (0, 0).
-    Under load a stream's reads coalesce, and its last read holds its last content events
-    and then its end: those need no one-by-one reading."""
-    ends = [at for marker in _ENDING if (at := chunk.find(marker)) >= 0]
+def routine_head(events: bytes) -> int:
+    """The content events of the routine events (`routine_events`) that whole `events` start
+    with, up to the first that is not (a finish, usage or [DONE], which end a stream), else 0."""
+    ends = [at for marker in _ENDING if (at := events.find(marker)) >= 0]
     if not ends:
-        return 0, 0  # not routine for another reason: read it one event at a time
-    cut = chunk.rfind(b"\n\n", 0, min(ends)) + 2
-    events = routine_events(chunk[:cut]) if cut > 2 else 0
-    return (cut, events) if events else (0, 0)
+        return 0  # not routine for another reason: read one event at a time
+    cut = events.rfind(b"\n\n", 0, min(ends)) + 2
+    return routine_events(events[:cut]) if cut > 2 else 0
 
 
 def _has_content(body: dict[str, Any]) -> bool:

@@ -107,9 +107,9 @@ def compact_stream(tokens: list[str]) -> list[bytes]:
 class CountingWatch(StreamWatch):
     read_one_by_one: int = 0
 
-    def _event(self, event: bytes, now: float, marked: bool) -> None:
+    def _event(self, event: bytes, now: float) -> None:
         self.read_one_by_one += 1
-        super()._event(event, now, marked)
+        super()._event(event, now)
 
 
 def facts(watch: StreamWatch) -> tuple[object, ...]:
@@ -144,6 +144,13 @@ def test_a_last_read_of_content_and_the_end_reads_only_the_end_one_by_one() -> N
     assert watch.read_one_by_one == 2 + 3
     assert watch.content_events == 6 and watch.done
     assert watch.described.finish_reasons == ("stop",)
+
+
+def test_a_whole_stream_in_one_read_reads_only_its_start_and_end_one_by_one() -> None:
+    watch = CountingWatch(0.0)
+    watch.feed(b"".join(compact_stream(["a", "b", "c", "d", "e", "f"])))
+    assert watch.read_one_by_one == 2 + 3  # role and first token; finish, usage, [DONE]
+    assert watch.content_events == 6 and watch.done and watch.prompt_tokens == 5
 
 
 @given(st.lists(st.text("ab ", min_size=1, max_size=3), min_size=1, max_size=30), st.data())
