@@ -76,12 +76,7 @@ class StreamWatch(EventWatch):
         those before the stream's end), the others read one by one. Under load a stream's
         reads coalesce, so most of its events arrive in the read of its first token or in
         the read that ends it, not in routine reads of their own."""
-        events = joined(parts)
-        counted = routine_events(events)
-        if counted:
-            self._token(now, events=counted)
-            return
-        counted = routine_head(events)
+        counted = routine_head(joined(parts))
         if counted:
             self._token(now, events=counted)
         for event in parts[counted:]:  # a routine event is one content event
@@ -145,11 +140,29 @@ def routine_events(chunk: bytes) -> int:
     with exactly one non-empty content, text or tool-call field, none of them [DONE] or one
     that mentions usage or an error. Substring counts, no regex and no split: most chunks of a
     stream take this path once its first token is seen."""
+    # Routine chunks are compact JSON (the content counts are): one search for a finish.
+    if b'"usage"' in chunk or b'"error"' in chunk or b"[DONE]" in chunk or _FINISH in chunk:
+        return 0
+    return _content_events(chunk)
+
+
+# What ends the routine events of a stream (`routine_head`), as the substrings it tests.
+_ENDING = (b'"usage"', b'"error"', b"[DONE]", _FINISH, _FINISH_SPACED)
+
+
+def routine_head(events: bytes) -> int:
+    """The content events of the routine events (`routine_events`) that whole `events` start
+    with, up to the first that mentions a finish, usage or an error, or is [DONE] (all of them
+    when none does), else 0."""
+    ends = [at for marker in _ENDING if (at := events.find(marker)) >= 0]
+    cut = events.rfind(b"\n\n", 0, min(ends)) + 2 if ends else len(events)
+    return _content_events(events[:cut]) if cut > 2 else 0
+
+
+def _content_events(chunk: bytes) -> int:
+    """`routine_events` but for its test of what ends a stream, which the caller made."""
     events = chunk.count(b"\n\n")
     if not events or not chunk.endswith(b"\n\n") or chunk.count(b"\n") != 2 * events:
-        return 0
-    # Routine chunks are compact JSON (the content counts below are): one search for a finish.
-    if b'"usage"' in chunk or b'"error"' in chunk or b"[DONE]" in chunk or _FINISH in chunk:
         return 0
     hits = (
         chunk.count(b'"content":"')
@@ -159,20 +172,6 @@ def routine_events(chunk: bytes) -> int:
         + chunk.count(b'"tool_calls":[')
     )
     return events if hits == events else 0
-
-
-# What makes an event other than routine (`routine_events`), as the substrings it tests.
-_ENDING = (b'"usage"', b'"error"', b"[DONE]", _FINISH, _FINISH_SPACED)
-
-
-def routine_head(events: bytes) -> int:
-    """The content events of the routine events (`routine_events`) that whole `events` start
-    with, up to the first that is not (a finish, usage or [DONE], which end a stream), else 0."""
-    ends = [at for marker in _ENDING if (at := events.find(marker)) >= 0]
-    if not ends:
-        return 0  # not routine for another reason: read one event at a time
-    cut = events.rfind(b"\n\n", 0, min(ends)) + 2
-    return routine_events(events[:cut]) if cut > 2 else 0
 
 
 def _has_content(body: dict[str, Any]) -> bool:
