@@ -174,7 +174,9 @@ def sessions_slow() -> PrefixScenario:
             Sessions(
                 tenant="app",
                 slo_class="chat",
-                sessions=32,
+                # 48: closed loop per session, 32 let the fleet keep up without reuse (least_loaded
+                # 94%); the scenario is the kind where it must not
+                sessions=48,
                 start_within_s=6,
                 turns=6,
                 think_s=4.5,
