@@ -2,10 +2,12 @@
 first content token, count content events, pick up `usage`, notice whether the stream ended
 with `[DONE]`, and restamp `model` (every chunk carries it) with the public name.
 
-Only events up to the first content token are JSON-parsed, plus events that mention "usage"
-or "error"; every other event costs a regex search, and a chunk of routine events a few
-substring counts (and, when the model is restamped, one `bytes.replace` with the upstream's
-`"model":"..."` bytes as its first event spelt them). The stream commits with its first bytes.
+Only events up to the first content token are JSON-parsed, plus events that mention "usage",
+"error" or a finish; after the first token a run of routine events (one content field each)
+costs a few substring counts per read, whether it fills the read or comes before the stream's
+end in it (reads coalesce under load), and any other event a regex search; when the model is
+restamped, a read costs one `bytes.replace` with the upstream's `"model":"..."` bytes as its
+first event spelt them. The stream commits with its first bytes.
 """
 
 from __future__ import annotations
