@@ -68,7 +68,7 @@ class StreamWatch(EventWatch):
         now = time.perf_counter()
         for at, event in enumerate(parts):
             if self.first_token_s is not None:  # the rest of the read, as a later read
-                self._after_first(parts[at:] if at else parts, now)
+                self._after_first(parts[at:], now)
                 break
             self._event(event.strip(), now)
         return self._restamped(joined(parts))
@@ -142,13 +142,20 @@ def routine_events(chunk: bytes) -> int:
     with exactly one non-empty content, text or tool-call field, none of them [DONE] or one
     that mentions usage or an error. Substring counts, no regex and no split: most chunks of a
     stream take this path once its first token is seen."""
-    # Routine chunks are compact JSON (the content counts are): one search for a finish.
-    if b'"usage"' in chunk or b'"error"' in chunk or b"[DONE]" in chunk or _FINISH in chunk:
+    # `_ENDING`, spelt out: a loop over the tuple costs a tenth more on this per-read path
+    if (
+        b'"usage"' in chunk
+        or b'"error"' in chunk
+        or b"[DONE]" in chunk
+        or _FINISH in chunk
+        or _FINISH_SPACED in chunk
+    ):
         return 0
     return _content_events(chunk)
 
 
-# What ends the routine events of a stream (`routine_head`), as the substrings it tests.
+# What ends the routine events of a stream, as substrings: `routine_events` tests them all,
+# `routine_head` finds the first (tests/unit/test_sse_watch.py holds the two to one list).
 _ENDING = (b'"usage"', b'"error"', b"[DONE]", _FINISH, _FINISH_SPACED)
 
 

@@ -5,7 +5,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.upstream.sse import StreamWatch, routine_events
+from gateway.upstream.sse import _ENDING, StreamWatch, routine_events, routine_head
 
 
 def event(payload: object) -> bytes:
@@ -168,3 +168,14 @@ def test_reads_cut_anywhere_give_what_one_event_per_read_gives(
     cut = StreamWatch(0.0, "public")
     assert b"".join(cut.feed(r) for r in reads) + cut.flush() == expected
     assert facts(cut) == facts(alone)
+
+
+def test_what_ends_routine_reads_is_one_list_for_the_count_and_for_the_head() -> None:
+    """`routine_events` spells `_ENDING` out; each marker, appended to a routine read, ends
+    it for both (the head still counts the routine events before it)."""
+    routine = b"".join(compact(t) for t in ["a", "b"])
+    assert routine_events(routine) == routine_head(routine) == 2
+    for marker in _ENDING:
+        read = routine + b'data: {"content":"c",' + marker + b"}\n\n"  # routine but for it
+        assert routine_events(read) == 0, marker
+        assert routine_head(read) == 2, marker
