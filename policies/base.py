@@ -47,8 +47,11 @@ class SloTarget:
     sheddable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class RouteRequest:
+class RouteRequest(NamedTuple):
+    """One request as routing sees it (immutable; a NamedTuple, like `EndpointSnapshot`: built
+    once per request, and again with its predicted cached tokens, where a frozen dataclass's
+    __init__ cost about 4 µs more; copy it with `_replace`)."""
+
     request_id: str
     model: str
     tenant: str
@@ -195,9 +198,9 @@ class EndpointSnapshot(NamedTuple):
         ) / 1e6
 
 
-@dataclass(frozen=True, slots=True)
-class Ranking:
-    """Endpoints best first, plus what the policy predicted, for explanation headers."""
+class Ranking(NamedTuple):
+    """Endpoints best first, plus what the policy predicted, for explanation headers (a
+    NamedTuple: built once per decision; copy it with `_replace`)."""
 
     endpoints: tuple[EndpointSnapshot, ...]
     predicted_ttft_s: float | None = None

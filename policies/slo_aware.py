@@ -59,7 +59,6 @@ import math
 import random
 import zlib
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -123,7 +122,7 @@ class SloAware:
         if not candidates:
             return Ranking(endpoints=())
         if request.cached_tokens and not self._prefix_aware:
-            request = replace(request, cached_tokens=NO_CACHED)
+            request = request._replace(cached_tokens=NO_CACHED)
         slo = request.slo
         tpot = slo.tpot_s is not None or slo.deadline_s is not None  # else TTFT alone decides
         rows = self.estimator.predict_rows(request, candidates, tpot)

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from gateway.config.settings import TenantBudget, TenantLimits
 from gateway.core import usage
@@ -83,8 +82,7 @@ class Waiting(Protocol):
 W = TypeVar("W", bound=Waiting)
 
 
-@dataclass(frozen=True, slots=True)
-class TenantTicket:
+class TenantTicket(NamedTuple):
     """A tenant admission: the refusal (None: admitted), the tokens reserved and the window
     slot they went to (settled there at the end), and the x-ratelimit-* headers."""
 
@@ -144,9 +142,15 @@ class AdmissionControl(Generic[W]):
         return states
 
     def _note_pools(self, snapshots: Sequence[EndpointSnapshot]) -> None:
-        pools = [s.engine.kv_capacity_tokens for s in snapshots if s.engine is not None]
-        if any(pools):
-            self._largest_pool_tokens = max(pool or 0 for pool in pools)
+        """The largest KV pool among the snapshots, when any reports one (else the last known):
+        one loop, as this runs per request."""
+        largest = 0
+        for snapshot in snapshots:
+            engine = snapshot.engine
+            if engine is not None and (pool := engine.kv_capacity_tokens) and pool > largest:
+                largest = pool
+        if largest:
+            self._largest_pool_tokens = largest
 
     def _admitted_states(
         self, route: RouteRequest, current: Sequence[EndpointSnapshot]

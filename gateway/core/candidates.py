@@ -12,7 +12,6 @@ distinct candidates (`only_candidates`), so no policy can route outside them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 
 from gateway.config.settings import Api, EndpointConfig
 from gateway.state.store import EndpointStats
@@ -111,5 +110,5 @@ def only_candidates(ranking: Ranking, allowed: set[str]) -> Ranking:
             seen.add(snapshot.endpoint_id)
             kept.append(snapshot)
     if len(kept) == len(ranking.endpoints):
-        return ranking  # the common case: nothing removed (replace() costs microseconds)
-    return replace(ranking, endpoints=tuple(kept))
+        return ranking  # the common case: nothing removed (no copy)
+    return ranking._replace(endpoints=tuple(kept))

@@ -11,7 +11,7 @@ through ambient state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from policies.base import Ranking, RouteRequest
 
@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
 
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """The observed result of one request on one endpoint."""
+class Finished(NamedTuple):
+    """The observed result of one request on one endpoint (a NamedTuple: built once per
+    request, where a frozen dataclass's __init__ cost four times as much)."""
 
     outcome: str  # ok, upstream_error, cancelled, client_error
     status: int

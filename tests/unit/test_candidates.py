@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,7 +19,7 @@ def _plain(ranking: Ranking, allowed: set[str]) -> Ranking:
         if s.endpoint_id in allowed
         and s.endpoint_id not in {e.endpoint_id for e in ranking.endpoints[:i]}
     ]
-    return replace(ranking, endpoints=tuple(kept))
+    return ranking._replace(endpoints=tuple(kept))
 
 
 @given(st.lists(st.sampled_from(IDS), max_size=6), st.sets(st.sampled_from(IDS)))

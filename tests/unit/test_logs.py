@@ -9,7 +9,6 @@ import json
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +30,7 @@ DONE = Finished("ok", 200, prompt_tokens=118, output_tokens=16, ttft_s=0.2, tpot
 
 
 def finished(**changes: Any) -> Finished:
-    return replace(DONE, **changes)
+    return DONE._replace(**changes)
 
 
 def served() -> RequestRecord:
