@@ -15,10 +15,14 @@ Model (seconds)
     e2e_p95   = ttft_p95 + tpot_p95·N                      (used for deadline classes)
 
 Prefix cache: C = the request's `cached_tokens` for the endpoint, the tokens of this prompt
-predicted to be in the endpoint's prefix cache (gateway/core/prefix_index.py); the p95 counts
-on only h = `prefix_p95_hit_share` of them (a pessimistic hit). The store's fit is learned on
-uncached prompt tokens (the gateway records P − actual cached), so b is a slope per computed
-token and P̄ the typical uncached prefill of a queued request.
+predicted to be in the endpoint's prefix cache (gateway/core/prefix_index.py), already
+discounted by the index's measured precision there (EWMA of actual / predicted). The p95 counts
+on h = `prefix_p95_hit_share` of them, by default all: a lower h discounts the index's error a
+second time and charges the written-off tokens at u·spread, so on slow prefill a (cold) holder
+of a long prefix is judged to miss targets it meets (lower h for an index that loses hits its
+precision does not show). The store's fit is learned on uncached prompt tokens (the gateway
+records P − actual cached), so b is a slope per computed token and P̄ the typical uncached
+prefill of a queued request.
 
 Coefficients, each blended between the endpoint's statistics and a prior by warmth
     warmth    w = min(1, samples / min_samples); value = w·observed + (1 − w)·prior. An endpoint
@@ -66,7 +70,7 @@ A missing observation (no fit, no mean, no p95) counts as the prior's value.
 Parameters (`EstimateParams`, defaults)
     min_samples 10 · cold_uncertainty 3.0 · gauge_half_life_s 2.0 · default_output_tokens 256
     mean_prompt_tokens 1000 · throttle_penalty_s 1.0 · error_penalty_s 0.5 ·
-    prefix_p95_hit_share 0.7
+    prefix_p95_hit_share 1.0
     priors.vllm    ttft_base_s 0.05, ttft_per_token_s 1e-4, tpot_s 0.02, ttft_spread 2.0,
                    tpot_spread 1.6, batch_slots 128, tpot_double_running 128
     priors.openai  ttft_base_s 0.5, ttft_per_token_s 2e-5, tpot_s 0.015, ttft_spread 2.5,

@@ -60,7 +60,7 @@ class EstimateParams(BaseModel):
     throttle_penalty_s: float = Field(default=1.0, ge=0)
     error_penalty_s: float = Field(default=0.5, ge=0)
     prefix_p95_hit_share: float = Field(
-        default=0.7, ge=0, le=1, description="of the predicted cached tokens the p95 counts on"
+        default=1.0, ge=0, le=1, description="of the predicted cached tokens the p95 counts on"
     )
     priors: KindPriors = KindPriors()
     endpoint_priors: dict[str, EndpointPrior] = Field(default_factory=dict)

@@ -25,16 +25,30 @@ def request(prompt: int, cached: dict[str, float] | None = None) -> RouteRequest
     return RouteRequest("r", "m", "t", slo, prompt, cached_tokens=cached or {})
 
 
-def test_ttft_charges_only_uncached_tokens_and_the_p95_is_pessimistic() -> None:
-    estimator = Estimator(EstimateParams())
+def test_ttft_charges_only_uncached_tokens_and_the_p95_counts_the_predicted_hit() -> None:
     snapshot = EndpointSnapshot("e", "vllm", latency=WARM)
-    cold = estimator.predict(request(4000), snapshot)
-    warm = estimator.predict(request(4000, {"e": 3000.0}), snapshot)
-    assert abs(cold.ttft_mean_s - warm.ttft_mean_s - B * 3000) < 1e-9
-    hit_share = EstimateParams().prefix_p95_hit_share
-    ratio = (cold.ttft_p95_s - warm.ttft_p95_s) / (cold.ttft_mean_s - warm.ttft_mean_s)
-    spread = cold.ttft_p95_s / cold.ttft_mean_s
-    assert abs(ratio - hit_share * spread) < 1e-6  # the p95 counts on h of the hit only
+    for hit_share in (EstimateParams().prefix_p95_hit_share, 0.7):
+        estimator = Estimator(EstimateParams(prefix_p95_hit_share=hit_share))
+        cold = estimator.predict(request(4000), snapshot)
+        warm = estimator.predict(request(4000, {"e": 3000.0}), snapshot)
+        assert abs(cold.ttft_mean_s - warm.ttft_mean_s - B * 3000) < 1e-9
+        ratio = (cold.ttft_p95_s - warm.ttft_p95_s) / (cold.ttft_mean_s - warm.ttft_mean_s)
+        spread = cold.ttft_p95_s / cold.ttft_mean_s
+        assert abs(ratio - hit_share * spread) < 1e-6  # the p95 counts on h of the hit
+    assert EstimateParams().prefix_p95_hit_share == 1.0  # C is already discounted by precision
+
+
+def test_a_free_holder_of_a_long_prefix_keeps_it_from_a_priced_provider() -> None:
+    holder = EndpointSnapshot("holder", "vllm", latency=WARM)  # p95 (0.05 + 0.2) × 2 = 0.5 s
+    fast = LatencyEstimate(samples=100, ttft_mean_s=0.2, ttft_base_s=0.1, ttft_per_token_s=1e-5)
+    provider = EndpointSnapshot("provider", "openai", input_price_per_1m=1.0, latency=fast)
+    turn = request(8000, {"holder": 7000.0})  # a later turn: 7,000 tokens cached on the holder
+    # at h = 0.7 the p95 charges 2,100 written-off hits: (0.25 + 0.42) × 2 = 1.34 s misses 1 s
+    for overrides, first in (({}, "holder"), ({"prefix_p95_hit_share": 0.7}, "provider")):
+        estimate = EstimateParams(**overrides)
+        policy = SloAware(Params(explore_fraction=0, estimate=estimate))
+        ranking = policy.rank(turn, [provider, holder], random.Random(1))
+        assert ranking.endpoints[0].endpoint_id == first
 
 
 def test_hosted_cached_input_is_priced_at_the_cached_rate() -> None:
