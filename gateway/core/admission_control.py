@@ -108,9 +108,11 @@ class AdmissionControl(Generic[W]):
         lease_ttl_s: float,
         budgets: Mapping[str, TenantBudget | None] | None = None,
         write: Spawn | None = None,
+        batch: usage.UsageBatch | None = None,
     ) -> None:
         """`write`: how settlements are sent (default `spawn`; the caller's own call when the
-        store only queues them)."""
+        store only queues them). `batch`: where usage with nothing exact to settle waits for
+        `flush_usage` (None: every request settles at once)."""
         self.params = params
         self.limits = limits
         self.budgets = budgets or {}
@@ -118,6 +120,7 @@ class AdmissionControl(Generic[W]):
         self.spawn = spawn
         self.write = write or spawn
         self.lease_ttl_s = lease_ttl_s
+        self.batch = batch
         self.states: dict[str, Saturation] = {}
         self.queue: DeadlineQueue[W] = DeadlineQueue(params.queue_max_size)
         self.queued: Counter[str] = Counter()  # waiting requests per model
@@ -129,7 +132,9 @@ class AdmissionControl(Generic[W]):
         limits: Mapping[str, TenantLimits],
         budgets: Mapping[str, TenantBudget | None] | None = None,
     ) -> None:
-        """New parameters for new decisions; the queue keeps its waiters."""
+        """New parameters for new decisions; the queue keeps its waiters. Batched usage is
+        settled first: a tenant given a budget is checked against all it has spent."""
+        self.flush_usage()
         self.params = params
         self.limits = limits
         self.budgets = budgets or {}
@@ -290,7 +295,16 @@ class AdmissionControl(Generic[W]):
         alerted: Alerted | None = None,
     ) -> None:
         """The finished request's real usage, in one background write: the reservation
-        corrected on its slot, the spend, the usage buckets (gateway/core/usage.py)."""
+        corrected on its slot, the spend, the usage buckets (gateway/core/usage.py). Without
+        a slot or a budget nothing is exact: the usage joins the batch, if there is one, and a
+        request that used nothing settles nothing."""
+        budget = self.budgets.get(route.tenant)
+        if ticket.slot is None and budget is None:
+            if line is None:
+                return
+            if self.batch is not None:
+                self.batch.add(route.tenant, now, line)
+                return
         used = line.prompt_tokens + line.completion_tokens if line is not None else 0
         settlement = Settlement(
             route.tenant,
@@ -299,9 +313,16 @@ class AdmissionControl(Generic[W]):
             used - ticket.reserved if ticket.slot is not None else 0,
             TENANT_WINDOW_S,
             line,
-            usage.budget_quota(self.budgets.get(route.tenant)),
+            usage.budget_quota(budget),
         )
         self.write(self.store.settle(settlement, alerted))
+
+    def flush_usage(self) -> None:
+        """Settle the batched usage, one write per tenant, hour and group."""
+        if self.batch is None:
+            return
+        for tenant, at_s, line in self.batch.drain():
+            self.write(self.store.settle(Settlement(tenant, at_s, None, 0, TENANT_WINDOW_S, line)))
 
     def finished(self, route: RouteRequest, now: float) -> None:
         """Give back the tenant's concurrency slot (a no-op for tenants without one)."""

@@ -20,9 +20,18 @@ import math
 from gateway.config.settings import Price, TenantBudget
 from gateway.state.rate import RATE_SLOTS
 from gateway.state.store import TenantAdmission, TenantQuota
-from gateway.state.usage import PUSD, BudgetQuota, day_reset_s, month_reset_s
+from gateway.state.usage import (
+    HOUR_S,
+    PUSD,
+    BudgetQuota,
+    UsageLine,
+    day_reset_s,
+    hour_index,
+    month_reset_s,
+)
 
 Headers = tuple[tuple[bytes, bytes], ...]
+BatchKey = tuple[str, int, str, str, str]  # tenant, UTC hour, slo_class, model, endpoint
 
 
 def cost_pusd(price: Price, prompt: int, cached: int, completion: int) -> int:
@@ -115,3 +124,39 @@ def duration(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs}s"
     return f"{secs}s"
+
+
+class UsageBatch:
+    """Usage lines with nothing exact to settle (no tokens limit charged, no budget), added up
+    per tenant, UTC hour and group, to be settled together (`drain`).
+
+    Over the memory store a settlement per request cost more than the rest of its accounting:
+    about 3% of a non-streamed relay's throughput, most of it the write's own machinery (a
+    coroutine run to its end, the store's bookkeeping), and the sums it keeps are read only by
+    GET /admin/usage, which drains first. A drained line carries its group's request count and
+    the start of its hour as its time: the hour, day and month a store files it under are those
+    of every request in it.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[BatchKey, list[int]] = {}  # amounts in UsageLine's order
+
+    def add(self, tenant: str, at_s: float, line: UsageLine) -> None:
+        key = (tenant, hour_index(at_s), line.slo_class, line.model, line.endpoint)
+        amounts = self._pending.get(key)
+        if amounts is None:
+            self._pending[key] = list(line[3:])
+            return
+        amounts[0] += line.prompt_tokens
+        amounts[1] += line.cached_tokens
+        amounts[2] += line.completion_tokens
+        amounts[3] += line.cost_pusd
+        amounts[4] += line.requests
+
+    def drain(self) -> list[tuple[str, float, UsageLine]]:
+        """Each group's sums since the last drain: (tenant, its hour's start, the line)."""
+        pending, self._pending = self._pending, {}
+        return [
+            (tenant, float(hour * HOUR_S), UsageLine(slo_class, model, endpoint, *amounts))
+            for (tenant, hour, slo_class, model, endpoint), amounts in pending.items()
+        ]

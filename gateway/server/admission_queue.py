@@ -19,8 +19,10 @@ from gateway.core.admission_control import (
     TenantTicket,
     rejection,
 )
+from gateway.core.usage import UsageBatch
 from gateway.errors import Rejected
 from gateway.state.background import Background, run_now
+from gateway.state.memory_store import MemoryStatsStore
 from gateway.state.resilient import writes_at_once
 from gateway.state.store import StatsStore
 from gateway.state.usage import UsageLine
@@ -28,6 +30,8 @@ from gateway.telemetry.metrics import Metrics, log
 from gateway.telemetry.record import RequestRecord
 from policies.admission import AdmissionParams, Admit, Reason, Reject
 from policies.base import EndpointSnapshot, RouteRequest
+
+USAGE_FLUSH_S = 1.0  # batched usage waits at most this long for its store (memory only)
 
 
 @dataclass(eq=False)
@@ -52,8 +56,11 @@ class Admission:
     ) -> None:
         # Settlements only queue for the write-behind (or finish in memory): no task needed.
         write = run_now if writes_at_once(store) else background.spawn
+        # Over memory (one replica) usage with nothing exact to settle is batched: every read
+        # of it settles the batch first. Over Redis other replicas read it, so it goes at once.
+        batch = UsageBatch() if isinstance(store, MemoryStatsStore) else None
         self.control: AdmissionControl[_Waiter] = AdmissionControl(
-            params, limits, store, background.spawn, lease_ttl_s, budgets, write
+            params, limits, store, background.spawn, lease_ttl_s, budgets, write, batch
         )
         self.metrics = metrics
         self.states = self.control.states
@@ -104,6 +111,20 @@ class Admission:
             self.control.withdraw(waiter)
             self.metrics.queue_depth.set(len(self.control.queue))
         return snapshots()
+
+    def flush_usage(self) -> None:
+        """Settle the batched usage (before anything reads it)."""
+        self.control.flush_usage()
+
+    async def settle_batches(self) -> None:
+        """The batched usage settled every USAGE_FLUSH_S, and once more at shutdown (owned by
+        the runtime, like `run`)."""
+        try:
+            while True:
+                await asyncio.sleep(USAGE_FLUSH_S)
+                self.flush_usage()
+        finally:
+            self.flush_usage()
 
     async def run(self) -> None:
         """The dispatcher, owned by the app lifespan: expire, then dispatch by deadline."""

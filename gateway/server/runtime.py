@@ -155,6 +155,7 @@ class Runtime:
             self.scraper.run(),
             self.health.run(),
             self.admission.run(),
+            self.admission.settle_batches(),
             self.router.finisher.leases.run(),
             self.metrics.usage.run(),
         ]

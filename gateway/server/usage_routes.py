@@ -60,6 +60,7 @@ async def _usage(request: Request, fmt: str) -> Response:
             code="invalid_value",
             param="since",
         )
+    runtime.admission.flush_usage()  # a single replica's batched usage, settled first
     found = await runtime.store.usage(
         sorted(runtime.config.tenants), since_hour=since_hour, until_hour=until_hour
     )

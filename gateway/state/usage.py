@@ -49,7 +49,8 @@ NO_BUDGET = BudgetQuota()  # a tenant without one: its spend is kept, nothing is
 
 
 class UsageLine(NamedTuple):
-    """What one request used, under the group it is accounted to."""
+    """What one request used, under the group it is accounted to (or `requests` of them, added
+    up: gateway/core/usage.py's `UsageBatch`)."""
 
     slo_class: str
     model: str
@@ -58,12 +59,13 @@ class UsageLine(NamedTuple):
     cached_tokens: int
     completion_tokens: int
     cost_pusd: int
+    requests: int = 1
 
     def fields(self) -> dict[str, int]:
         """The usage-bucket increments: field name -> amount."""
         names = field_names(self.slo_class, self.model, self.endpoint)
         amounts = (
-            1,
+            self.requests,
             self.prompt_tokens,
             self.cached_tokens,
             self.completion_tokens,
@@ -153,7 +155,7 @@ def add_line(groups: dict[Group, list[int]], line: UsageLine) -> None:
     amounts = groups.get(group)
     if amounts is None:
         amounts = groups[group] = [0] * len(METRICS)
-    amounts[0] += 1
+    amounts[0] += line.requests
     amounts[1] += line.prompt_tokens
     amounts[2] += line.cached_tokens
     amounts[3] += line.completion_tokens

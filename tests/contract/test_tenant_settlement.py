@@ -4,14 +4,16 @@ settle on real usage."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
 from gateway.config.settings import TenantBudget, TenantLimits
-from gateway.core.admission_control import AdmissionControl
-from gateway.state.store import StatsStore
-from gateway.state.usage import UsageLine
+from gateway.core.admission_control import ADMITTED, AdmissionControl
+from gateway.core.usage import UsageBatch
+from gateway.state.store import StatsStore, TenantCharge, TenantQuota
+from gateway.state.usage import BudgetQuota, UsageLine, UsageRow, hour_index
 from policies.admission import AdmissionParams, Reason
 from policies.base import RouteRequest, SloTarget
 from tests.contract.conftest import landed
@@ -115,3 +117,55 @@ async def test_reservations_settle_on_real_usage(store: StatsStore) -> None:
     assert fourth.reject is not None  # capped at the limit (1000), it still does not fit 890
     fifth = await admission.tenant_ticket(route(5, max_tokens=5000), now + 120)
     assert fifth.reject is None and fifth.reserved == 1000  # into an empty window
+
+
+def unlimited(store: StatsStore, batch: UsageBatch | None) -> tuple[AdmissionControl[Any], Writes]:
+    """Admission for tenants with neither a tokens limit nor a budget."""
+    writes = Writes()
+    control = AdmissionControl(AdmissionParams(), {}, store, writes, 60, None, writes, batch)
+    return control, writes
+
+
+async def spent(store: StatsStore, tenant: str, now: float) -> tuple[int, int]:
+    """The tenant's spend this UTC day and month, as an admission under a budget reads it."""
+    budget = BudgetQuota(day_pusd=10**18)
+    charge = TenantCharge(tenant, f"probe-{now}", 0, TenantQuota(), 60, now, budget)
+    admission = await store.admit_tenant(charge)
+    return admission.spend_day_pusd, admission.spend_month_pusd
+
+
+def by_group(rows: list[UsageRow]) -> dict[tuple[int, str, str, str], dict[str, int]]:
+    return {(r.hour, r.slo_class, r.model, r.endpoint): r.metrics for r in rows}
+
+
+async def test_batched_usage_settles_what_settling_each_request_would(store: StatsStore) -> None:
+    """Requests of tenants without a tokens limit or a budget, over two UTC hours, settled one
+    by one for "each" and through a `UsageBatch` for "batched": the usage buckets and the spend
+    come out the same, and nothing of the batch is in the store until it is flushed."""
+    rng = random.Random(4)
+    each, each_writes = unlimited(store, None)
+    batched, batch_writes = unlimited(store, UsageBatch())
+    start = MAY_30 + 3000  # the next hour begins 600 s in
+    for n in range(300):
+        at = start + n * 4 + rng.random()
+        line = UsageLine(
+            rng.choice(["batch", "chat"]), "m", rng.choice(["e1", "e2", "e3"]),
+            rng.randint(1, 9000), rng.randint(0, 500), rng.randint(0, 700), rng.randint(0, 10**9),
+        )  # fmt: skip
+        for control, tenant in ((each, "each"), (batched, "batched")):
+            request = RouteRequest(f"r{n}", "m", tenant, BATCH, 100)
+            control.settle(request, ADMITTED, line, at)
+            control.settle(request._replace(request_id=f"gone{n}"), ADMITTED, None, at)
+    await each_writes.done(store)
+    await batch_writes.done(store)
+    hours = {"since_hour": hour_index(start), "until_hour": hour_index(start) + 2}
+    assert await store.usage(["batched"], **hours) == []
+    batched.flush_usage()
+    await batch_writes.done(store)
+    settled_each = by_group(await store.usage(["each"], **hours))
+    assert len({hour for hour, *_ in settled_each}) == 2
+    assert by_group(await store.usage(["batched"], **hours)) == settled_each
+    assert sum(m["requests"] for m in settled_each.values()) == 300
+    day = await spent(store, "each", start + 1300)
+    assert day[0] > 0
+    assert await spent(store, "batched", start + 1300) == day
