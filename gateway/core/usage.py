@@ -24,14 +24,15 @@ from gateway.state.usage import (
     HOUR_S,
     PUSD,
     BudgetQuota,
+    Group,
     UsageLine,
+    add_line,
     day_reset_s,
     hour_index,
     month_reset_s,
 )
 
 Headers = tuple[tuple[bytes, bytes], ...]
-BatchKey = tuple[str, int, str, str, str]  # tenant, UTC hour, slo_class, model, endpoint
 
 
 def cost_pusd(price: Price, prompt: int, cached: int, completion: int) -> int:
@@ -128,7 +129,8 @@ def duration(seconds: float) -> str:
 
 class UsageBatch:
     """Usage lines with nothing exact to settle (no tokens limit charged, no budget), added up
-    per tenant, UTC hour and group, to be settled together (`drain`).
+    per tenant, UTC hour and group, as the memory store keeps them (`add_line`), to be settled
+    together (`drain`).
 
     Over the memory store a settlement per request cost more than the rest of its accounting:
     about 3% of a non-streamed relay's throughput, most of it the write's own machinery (a
@@ -139,24 +141,22 @@ class UsageBatch:
     """
 
     def __init__(self) -> None:
-        self._pending: dict[BatchKey, list[int]] = {}  # amounts in UsageLine's order
+        self._pending: dict[tuple[str, int], dict[Group, list[int]]] = {}  # (tenant, hour)
 
     def add(self, tenant: str, at_s: float, line: UsageLine) -> None:
-        key = (tenant, hour_index(at_s), line.slo_class, line.model, line.endpoint)
-        amounts = self._pending.get(key)
-        if amounts is None:
-            self._pending[key] = list(line[3:])
-            return
-        amounts[0] += line.prompt_tokens
-        amounts[1] += line.cached_tokens
-        amounts[2] += line.completion_tokens
-        amounts[3] += line.cost_pusd
-        amounts[4] += line.requests
+        key = (tenant, hour_index(at_s))
+        groups = self._pending.get(key)
+        if groups is None:
+            groups = self._pending[key] = {}
+        add_line(groups, line)
 
     def drain(self) -> list[tuple[str, float, UsageLine]]:
         """Each group's sums since the last drain: (tenant, its hour's start, the line)."""
         pending, self._pending = self._pending, {}
-        return [
-            (tenant, float(hour * HOUR_S), UsageLine(slo_class, model, endpoint, *amounts))
-            for (tenant, hour, slo_class, model, endpoint), amounts in pending.items()
-        ]
+        drained = []
+        for (tenant, hour), groups in pending.items():
+            for group, amounts in groups.items():
+                requests, prompt, cached, completion, cost = amounts  # METRICS order
+                line = UsageLine(*group, prompt, cached, completion, cost, requests)
+                drained.append((tenant, float(hour * HOUR_S), line))
+        return drained

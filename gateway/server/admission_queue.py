@@ -28,10 +28,9 @@ from gateway.state.store import StatsStore
 from gateway.state.usage import UsageLine
 from gateway.telemetry.metrics import Metrics, log
 from gateway.telemetry.record import RequestRecord
+from gateway.telemetry.usage_counters import flush_every
 from policies.admission import AdmissionParams, Admit, Reason, Reject
 from policies.base import EndpointSnapshot, RouteRequest
-
-USAGE_FLUSH_S = 1.0  # batched usage waits at most this long for its store (memory only)
 
 
 @dataclass(eq=False)
@@ -117,14 +116,9 @@ class Admission:
         self.control.flush_usage()
 
     async def settle_batches(self) -> None:
-        """The batched usage settled every USAGE_FLUSH_S, and once more at shutdown (owned by
-        the runtime, like `run`)."""
-        try:
-            while True:
-                await asyncio.sleep(USAGE_FLUSH_S)
-                self.flush_usage()
-        finally:
-            self.flush_usage()
+        """The batched usage settled every second, and once more at shutdown (owned by the
+        runtime, like `run`)."""
+        await flush_every(self.flush_usage)
 
     async def run(self) -> None:
         """The dispatcher, owned by the app lifespan: expire, then dispatch by deadline."""

@@ -103,16 +103,13 @@ class Finisher:
     def _usage(
         self, opened: Opened, request: RouteRequest, result: Finished, record: RequestRecord
     ) -> None:
-        """The request's cost at the endpoint's prices (none at a free one: a self-hosted
-        engine's usual price), and the usage counters."""
+        """The request's cost at the endpoint's prices, and the usage counters."""
         prompt, cached, completion = (
             result.prompt_tokens,
             result.cached_tokens or 0,  # None: the upstream did not say, none billed cached
             result.output_tokens,
         )
-        price = opened.endpoint.price
-        if price.input_per_1m or price.output_per_1m or price.cached_input_per_1m:
-            record.cost_pusd = cost_pusd(price, prompt, cached, completion)
+        record.cost_pusd = cost_pusd(opened.endpoint.price, prompt, cached, completion)
         labels = (request.tenant, request.slo.name, request.model, opened.endpoint.id)
         self.metrics.usage.add(labels, prompt, cached, completion, usd(record.cost_pusd))
 

@@ -13,10 +13,23 @@ worker's scrape can be that much behind (a worker that stops flushes first).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 FLUSH_EVERY_S = 1.0
 Labels = tuple[str, str, str, str]  # tenant, slo_class, public model, endpoint
+
+
+async def flush_every(flush: Callable[[], None]) -> None:
+    """Call `flush` every FLUSH_EVERY_S until cancelled, and once more then: the loop behind
+    each batch of usage (these counters; the memory store's settlements,
+    gateway/server/admission_queue.py)."""
+    try:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            flush()
+    finally:
+        flush()
 
 
 class UsageCounters:
@@ -49,12 +62,7 @@ class UsageCounters:
     async def run(self) -> None:
         """The background flush, owned by the runtime; its cancellation at shutdown flushes
         once more, so a worker that stops leaves its last requests in the shared files."""
-        try:
-            while True:
-                await asyncio.sleep(FLUSH_EVERY_S)
-                self.flush()
-        finally:
-            self.flush()
+        await flush_every(self.flush)
 
     def _children(self, labels: Labels) -> tuple[Any, ...]:
         """A group's five series, looked up once per group."""
