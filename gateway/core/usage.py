@@ -36,7 +36,11 @@ Headers = tuple[tuple[bytes, bytes], ...]
 
 
 def cost_pusd(price: Price, prompt: int, cached: int, completion: int) -> int:
-    """Pico-USD at `price` (prices are per 1M tokens: x 1e6 pico-USD); see `_micro_usd`."""
+    """Pico-USD at `price` (prices are per 1M tokens: x 1e6 pico-USD); see `_micro_usd`. A free
+    endpoint (a self-hosted engine's usual price) costs 0 without the arithmetic: this runs
+    once per request."""
+    if not (price.input_per_1m or price.output_per_1m or price.cached_input_per_1m):
+        return 0
     return round(_micro_usd(price, prompt, cached, completion) * 1e6)
 
 
