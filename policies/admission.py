@@ -52,6 +52,7 @@ from typing import Any, Literal, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policies import fast_paths
 from policies.base import EndpointSnapshot, SloTarget
 from policies.deadline_queue import can_still_meet
 
@@ -187,6 +188,8 @@ def admission_states(
 
 # Enum attribute lookups cost about 0.1 µs each; these run per endpoint per request.
 _OPEN, _RESERVED, _SATURATED = Saturation.OPEN, Saturation.RESERVED, Saturation.SATURATED
+fast_paths.configure_admission(_OPEN, _RESERVED, _SATURATED)
+COMPILED = fast_paths.ADMISSION
 
 
 def next_saturation(
@@ -216,8 +219,27 @@ def _states(
     """Each endpoint's next state from its pressure, by hysteresis from `previous`. Into
     `request` when given: the state a request of `footprint_tokens` would find it in once
     admitted (the pressure with that footprint added to the KV in use, from OPEN, never below
-    the next state); into `levels`: that pressure. One loop, the pressure inlined and the
-    thresholds read once, `x if x > y else y` for max(): this runs per endpoint per request."""
+    the next state); into `levels`: that pressure. Compiled when built (policies/fast_paths.py)
+    and no `levels` are asked for, else `_states_python`."""
+    if COMPILED is None or levels is not None or type(previous) is not dict:
+        return _states_python(previous, snapshots, limits, footprint_tokens, levels, request)
+    states: dict[str, Saturation] = COMPILED.states(
+        previous, snapshots, limits, footprint_tokens, request
+    )
+    return states
+
+
+def _states_python(
+    previous: Mapping[str, Saturation],
+    snapshots: Iterable[EndpointSnapshot],
+    limits: Limits,
+    footprint_tokens: int = 0,
+    levels: dict[str, float] | None = None,
+    request: dict[str, Saturation] | None = None,
+) -> dict[str, Saturation]:
+    """`_states` in Python, the reference policies/_fast_admission.c follows: one loop, the
+    pressure inlined and the thresholds read once, `x if x > y else y` for max(), as this runs
+    per endpoint per request."""
     (in_flight_threshold, max_age_s, kv_threshold, queue_threshold, band, reserved_at,
      preemption_threshold_per_s) = limits  # fmt: skip
     open_below = reserved_at - band  # OPEN whatever it was before: most endpoints

@@ -95,14 +95,17 @@ from typing import NamedTuple, cast
 from policies.base import EndpointSnapshot, LatencyEstimate, RouteRequest
 from policies.engine_pressure import recompute_stretch
 from policies.estimate_params import (
+    EndpointFit,
     EndpointPrior,
     EstimateParams,
+    FitRow,
     PlainPrior,
     blended_spread,
     tail_share,
     tpot_fit,
     ttft_coefficients,
 )
+from policies.fast_paths import ESTIMATE as COMPILED
 
 __all__ = ["EndpointPrior", "EstimateParams", "Estimator", "Prediction", "PredictionRow"]
 
@@ -164,7 +167,7 @@ class Estimator:
             "openai": PlainPrior.of(params.priors.openai),
         }
         self._endpoint_priors = {k: PlainPrior.of(v) for k, v in params.endpoint_priors.items()}
-        self._fits: dict[str, _Fit] = {}
+        self._fits: dict[str, FitRow] = {}
 
     def _prior(self, snapshot: EndpointSnapshot) -> PlainPrior:
         own = self._endpoint_priors.get(snapshot.endpoint_id) if self._endpoint_priors else None
@@ -214,7 +217,28 @@ class Estimator:
     ) -> list[PredictionRow]:
         """`predict_all` as plain tuples in `Prediction`'s field order (a NamedTuple costs several
         times a tuple to build): each endpoint's fit, this request and the load now, in one hot
-        loop. `tpot=False` leaves the TPOT fields NaN, for a caller that judges TTFT alone."""
+        loop. `tpot=False` leaves the TPOT fields NaN, for a caller that judges TTFT alone.
+        The loop runs compiled when it was built (policies/fast_paths.py), else as Python."""
+        cached = request.cached_tokens
+        if COMPILED is None or (cached and type(cached) is not dict):
+            return self.predict_rows_python(request, snapshots, tpot)
+        rows: list[PredictionRow] = COMPILED.predict_rows(
+            snapshots,
+            self._fits,
+            self._remember,
+            float(request.prompt_tokens),
+            request.max_tokens or self.default_output_tokens,
+            cached or None,
+            self._half_life_s,
+            self._miss_p95,
+            tpot,
+        )
+        return rows
+
+    def predict_rows_python(
+        self, request: RouteRequest, snapshots: Sequence[EndpointSnapshot], tpot: bool = True
+    ) -> list[PredictionRow]:
+        """`predict_rows` in Python: the reference that policies/_fast_estimate.c follows."""
         # floats, not ints, wherever the result is the same: float·float (and 1.0 − float) is
         # the interpreter's fast path, float·int is not
         prompt_tokens = float(request.prompt_tokens)
@@ -238,7 +262,7 @@ class Estimator:
             running: float = in_flight
             trust, preempting = 0.0, None
             if slots is not None and in_flight > slots:
-                queued, running = in_flight - slots, slots
+                queued, running = float(in_flight - slots), slots
             engine = snapshot.engine
             if engine is not None and (age_s := engine.age_s) is not None:
                 waiting = engine.waiting_for_capacity  # when reported, else all that wait
@@ -249,7 +273,9 @@ class Estimator:
                     queued += trust * (waiting - queued)
                 if running_gauge is not None:
                     running += trust * (running_gauge - running)
-                queued = in_flight - limit if limit and in_flight - limit > queued else queued
+                queued = (
+                    float(in_flight - limit) if limit and in_flight - limit > queued else queued
+                )
                 preempting = engine.preemptions_per_s
             wait_s = queued * mean_service_s
             if preempting:  # the queue drains slower (policies/engine_pressure.py)
@@ -279,11 +305,11 @@ class Estimator:
             ))  # fmt: skip
         return rows
 
-    def _remember(self, snapshot: EndpointSnapshot) -> _Fit:
+    def _remember(self, snapshot: EndpointSnapshot) -> FitRow:
         """Work out and keep the endpoint's fit, until its statistics object is replaced."""
         if len(self._fits) >= FIT_MEMO_SIZE:
             self._fits.clear()
-        fit = cast(_Fit, tuple(self.fit_of(snapshot)))
+        fit = cast(FitRow, tuple(self.fit_of(snapshot)))
         self._fits[snapshot.endpoint_id] = fit
         return fit
 
@@ -367,33 +393,5 @@ def fused_load(snapshot: EndpointSnapshot, fit: EndpointFit, half_life_s: float)
     return Load(queued, running, trust, stretch)
 
 
-class EndpointFit(NamedTuple):
-    """What the model needs of one endpoint's statistics and prior (Coefficients above), worked
-    out once per statistics object."""
-
-    stats: LatencyEstimate  # the statistics object it was worked out from
-    a: float  # TTFT base, s
-    b: float  # TTFT per uncached prompt token, s
-    mean_service_s: float  # a + b·P̄: the prefill of one typical queued request
-    ttft_scale: float  # u · ttft spread
-    tpot_scale: float  # u · tpot spread
-    warmth: float  # w
-    tpot_base_s: float | None  # the observed TPOT fit's base (None: not measured) ...
-    tpot_slope_s: float  # ... and slope per in-flight request
-    penalty_mean_s: float  # failure penalties in the mean ...
-    penalty_p95_s: float  # ... and in the p95
-    uncertainty: float  # u
-    cold: bool  # w < 1
-    prior_slots: int | None  # the prior's batch_slots ...
-    idle_tpot_s: float  # ... tpot_s ...
-    doubling_running: float | None  # ... and tpot_double_running
-
-
-# `EndpointFit` as the plain tuple `predict_rows` keeps and unpacks: a plain tuple unpacks about
-# three times faster than a NamedTuple (CPython specialises unpacking exact tuples only).
-_Fit = tuple[
-    LatencyEstimate, float, float, float, float, float, float, float | None, float, float,
-    float, float, bool, int | None, float, float | None,
-]  # fmt: skip
 # A `Prediction` as a plain tuple, in its field order.
 PredictionRow = tuple[float, float, float, float, int, float, bool, float]

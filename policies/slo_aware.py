@@ -65,6 +65,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from policies.base import NO_CACHED, EndpointSnapshot, Ranking, RouteRequest, SloTarget
 from policies.estimate import EstimateParams, Estimator, Prediction, PredictionRow
+from policies.fast_paths import TIERS as COMPILED
 
 
 class Params(BaseModel):
@@ -177,9 +178,40 @@ def _tiers(
     comfort: float = 1.0,
 ) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
     """Each candidate's sort key, in its tier's list: plain tuples sort fastest, and tiers
-    sorted apart compare shorter keys. `headroom` (as 1 − the largest p95/target ratio),
-    `EndpointSnapshot.cost` and `utilisation` are inlined: this runs per candidate per request,
-    and tests/unit/test_fast_paths.py holds the inlined copies equal to them."""
+    sorted apart compare shorter keys. Compiled when built (policies/fast_paths.py), else
+    `_tiers_python`."""
+    cached = request.cached_tokens
+    if COMPILED is None or (cached and type(cached) is not dict):
+        return _tiers_python(request, candidates, rows, rng, band_width, home, comfort)
+    slo = request.slo
+    tiers: tuple[list[MeetsKey], list[OtherKey], list[OtherKey]] = COMPILED.tier_keys(
+        candidates,
+        rows,
+        (slo.ttft_s, slo.tpot_s, slo.deadline_s),
+        float(request.prompt_tokens),
+        cached or None,
+        rng.random,
+        band_width,
+        (request.session or "") if home else None,
+        rendezvous,
+        comfort,
+    )
+    return tiers
+
+
+def _tiers_python(
+    request: RouteRequest,
+    candidates: Sequence[EndpointSnapshot],
+    rows: Sequence[PredictionRow],
+    rng: random.Random,
+    band_width: float,
+    home: bool = False,
+    comfort: float = 1.0,
+) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
+    """`_tiers` in Python, the reference policies/_fast_tiers.c follows. `headroom` (as 1 −
+    the largest p95/target ratio), `EndpointSnapshot.cost` and `utilisation` are inlined: this
+    runs per candidate per request, and tests/unit/test_fast_paths.py holds the inlined copies
+    equal to them."""
     slo = request.slo
     ttft_s, tpot_s, deadline_s = slo.ttft_s, slo.tpot_s, slo.deadline_s
     # floats, as in `Estimator.predict_rows`: float·float is the interpreter's fast path
