@@ -14,11 +14,12 @@ A decision here is what the gateway does per request once snapshots are built: i
 moved on by hysteresis and the state this request's KV footprint would find it in, one pass;
 the admission decision; the endpoints with headroom for the class), then the policy's ranking.
 The three loops over the candidates (admission's pressure, the model's predictions and
-slo_aware's tier keys) run compiled when setup.py built them (policies/fast_paths.py); the
-header says which. `SLO_GATEWAY_PURE_PYTHON=1 .venv/bin/python -m benchmarks.decision` times
-the Python they copy, for comparison. Every registered policy is timed on the same mixed fleet
-(vLLM replicas with gauges of various ages, hosted providers, cold endpoints) and requests;
-the ratio column compares with round_robin in the same run. Target: p50 < 50 µs.
+slo_aware's tier keys) and the prefix index's lookup run compiled when setup.py built them
+(policies/fast_paths.py); the header says which. `SLO_GATEWAY_PURE_PYTHON=1 .venv/bin/python
+-m benchmarks.decision` times the Python they copy, for comparison. Every registered policy is
+timed on the same mixed fleet (vLLM replicas with gauges of various ages, hosted providers,
+cold endpoints) and requests; the ratio column compares with round_robin in the same run.
+Target: p50 < 50 µs.
 
 The fleet's snapshots, and so their `LatencyEstimate`s, stay the same for every decision, as the
 gateway's shared view hands the same statistics objects to every request between two refreshes
@@ -32,6 +33,7 @@ import random
 import statistics
 import time
 
+from gateway.core import prefix_index
 from gateway.core.admission_control import AdmissionControl, Waiting
 from gateway.core.prefix_chain import chain_of
 from gateway.core.prefix_index import PrefixIndex
@@ -214,7 +216,8 @@ def main() -> None:
     rng = random.Random(7)
     endpoints, batch = fleet(rng), requests(rng)
     print(f"decision = AdmissionControl.admit over {ENDPOINTS} endpoints + rank")
-    compiled = [name for name, built in fast_paths.built().items() if built]
+    built = fast_paths.built() | {"prefix lookup": prefix_index.COMPILED is not None}
+    compiled = [name for name, done in built.items() if done]
     print(f"compiled loops (policies/fast_paths.py): {', '.join(compiled) or 'none, pure Python'}")
     print(f"{DECISIONS} decisions per policy, {ENDPOINTS} endpoints, {ROUNDS} interleaved rounds")
     print(f"target p50 < {TARGET_P50_US} µs")

@@ -119,8 +119,8 @@ static int pressure(PyObject *snapshot, const Limits *l, long long footprint, do
     return 0;
 }
 
-/* The previous state of `key` (OPEN when unknown) as 0, 1 or 2; -1 on an error. */
-static int previous_of(PyObject *previous, PyObject *key)
+/* The state of `key` in `previous` (OPEN when unknown) as 0, 1 or 2; -1 on an error. */
+static int state_of(PyObject *previous, PyObject *key)
 {
     PyObject *state = DICT_GET(previous, key);
     if (state == NULL) {
@@ -158,7 +158,7 @@ static PyObject *states(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *key = FIELD(snapshot, S_ID);
         double level, added;
         int before = pressure(snapshot, &l, footprint, &level, &added) ? -1
-                                                                       : previous_of(args[0], key);
+                                                                       : state_of(args[0], key);
         if (before < 0) {
             Py_CLEAR(found);
             break;
@@ -176,8 +176,36 @@ static PyObject *states(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return found;
 }
 
+/* within(candidates, states, highest) -> the candidates whose state (OPEN when unknown) is at
+ * most `highest`: `with_headroom`'s filter. */
+static PyObject *within(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long highest;
+    if (nargs != 3 || !PyDict_Check(args[1])
+        || ((highest = PyLong_AsLong(args[2])) == -1 && PyErr_Occurred())) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_TypeError, "within(candidates, states: dict, highest)");
+        }
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(args[0], "candidates must be a sequence");
+    PyObject *kept = seq == NULL ? NULL : PyList_New(0);
+    Py_ssize_t count = seq == NULL ? 0 : PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; kept != NULL && i < count; i++) {
+        PyObject *candidate = PySequence_Fast_GET_ITEM(seq, i);
+        int state = state_of(args[1], FIELD(candidate, S_ID));
+        if (state < 0 || (state <= highest && PyList_Append(kept, candidate))) {
+            Py_CLEAR(kept);
+        }
+    }
+    Py_XDECREF(seq);
+    return kept;
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Field positions and the Saturation members."},
+    {"within", (PyCFunction)(void (*)(void))within, METH_FASTCALL,
+     "with_headroom's filter (policies/admission.py)."},
     {"states", (PyCFunction)(void (*)(void))states, METH_FASTCALL,
      "_states's loop (policies/admission.py)."},
     {NULL, NULL, 0, NULL},

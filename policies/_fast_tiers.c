@@ -190,10 +190,43 @@ done:
     return result;
 }
 
+/* ranked(same arguments as tier_keys) -> (candidate indices in ranking order, how many meet,
+ * how many are unproven): each tier's keys sorted, as `_ranked` sorts them. */
+static PyObject *ranked(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *tiers = tier_keys(self, args, nargs);
+    if (tiers == NULL) {
+        return NULL;
+    }
+    PyObject *order = PyList_New(0);
+    for (Py_ssize_t t = 0; order != NULL && t < 3; t++) {
+        PyObject *keys = PyTuple_GET_ITEM(tiers, t);
+        if (PyList_Sort(keys)) {
+            Py_CLEAR(order);
+            break;
+        }
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(keys); k++) {
+            PyObject *key = PyList_GET_ITEM(keys, k); /* its index is its last item */
+            if (PyList_Append(order, PyTuple_GET_ITEM(key, PyTuple_GET_SIZE(key) - 1))) {
+                Py_CLEAR(order);
+                break;
+            }
+        }
+    }
+    PyObject *result = order == NULL ? NULL
+                                     : Py_BuildValue("(Nnn)", order,
+                                                     PyList_GET_SIZE(PyTuple_GET_ITEM(tiers, 0)),
+                                                     PyList_GET_SIZE(PyTuple_GET_ITEM(tiers, 1)));
+    Py_DECREF(tiers);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Field positions of EndpointSnapshot."},
     {"tier_keys", (PyCFunction)(void (*)(void))tier_keys, METH_FASTCALL,
      "_tiers's loop (policies/slo_aware.py)."},
+    {"ranked", (PyCFunction)(void (*)(void))ranked, METH_FASTCALL,
+     "_ranked (policies/slo_aware.py): the tier keys, sorted, as candidate indices."},
     {NULL, NULL, 0, NULL},
 };
 

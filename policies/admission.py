@@ -321,6 +321,9 @@ def with_headroom(
 ) -> list[EndpointSnapshot]:
     """The candidates this class may be sent to now (unknown endpoints count as OPEN)."""
     highest = ceiling(slo, params)
+    if COMPILED is not None and type(states) is dict:  # policies/fast_paths.py
+        kept: list[EndpointSnapshot] = COMPILED.within(candidates, states, highest)
+        return kept
     return [c for c in candidates if states.get(c.endpoint_id, _OPEN) <= highest]
 
 

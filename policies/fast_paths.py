@@ -1,4 +1,4 @@
-"""Compiled copies of the three loops a routing decision runs over every candidate, when built.
+"""Compiled copies of the loops a routing decision runs over every candidate, when built.
 
 Why. Per request, admission works out each endpoint's pressure and saturation
 (`policies.admission._states`), the model predicts its TTFT and TPOT
@@ -6,19 +6,20 @@ Why. Per request, admission works out each endpoint's pressure and saturation
 In CPython each loop costs about a µs per endpoint, so over 20 endpoints the decision was
 70-86 µs on the 2-core hosts we measure on, against a 50 µs target, after everything the
 interpreter allows (docs/performance.md, "The routing decision"). The same loops in C cost a
-fifth of that.
+fifth to a half of that (the rest is building Python objects: rows, keys, rng draws).
 
-What. `policies/_fast_admission.c`, `_fast_estimate.c` and `_fast_tiers.c`: each is the loop of
-one Python function, written after it line for line, reading the NamedTuples' fields by the
-positions configured here. The Python stays the reference: the docstrings describe it, and
-each function runs it whenever its compiled copy is missing, turned off, or given an input the
-copy does not take (a mapping that is not a dict).
+What. `policies/_fast_admission.c`, `_fast_estimate.c` and `_fast_tiers.c`, and the prefix
+index's lookup (`gateway/core/_fast_prefix.c`, loaded by gateway/core/prefix_index.py with
+`load`): each is the loop of one Python function, written after it line for line, reading the
+NamedTuples' fields by the positions configured here. The Python stays the reference: the
+docstrings describe it, and each function runs it whenever its compiled copy is missing,
+turned off, or given an input the copy does not take (a mapping that is not a dict).
 
 Built by setup.py as optional extensions: `pip install` with a C compiler builds them (an
 editable install puts them next to the sources; rebuild after editing a .c file with `pip
 install -e .` again); without one the install still succeeds and the policies run as Python.
-`SLO_GATEWAY_PURE_PYTHON=1` turns them off. tests/unit/test_fast_paths.py holds each equal to
-its Python, bit for bit, on random inputs, and fails under CI when they were not built.
+`SLO_GATEWAY_PURE_PYTHON=1` turns them off. tests/unit/test_compiled_paths.py holds each equal
+to its Python, bit for bit, on random inputs, and fails under CI when they were not built.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from policies.engine_pressure import MAX_RECOMPUTE_SHARE
 PURE_PYTHON_ENV = "SLO_GATEWAY_PURE_PYTHON"
 
 
-def _load(name: str) -> ModuleType | None:
+def load(name: str) -> ModuleType | None:
+    """The compiled module `name`, or None when it was not built or is turned off."""
     if os.environ.get(PURE_PYTHON_ENV):
         return None
     try:
-        return importlib.import_module(f"policies.{name}")
+        return importlib.import_module(name)
     except ImportError:
         return None
 
@@ -48,7 +50,7 @@ def _positions(fields: tuple[str, ...], *names: str) -> tuple[int, ...]:
 
 _SNAPSHOT, _ENGINE = EndpointSnapshot._fields, EngineSignals._fields
 
-ESTIMATE = _load("_fast_estimate")
+ESTIMATE = load("policies._fast_estimate")
 if ESTIMATE is not None:
     ESTIMATE.configure(
         _positions(_SNAPSHOT, "endpoint_id", "in_flight", "max_concurrency", "engine", "latency"),
@@ -58,7 +60,7 @@ if ESTIMATE is not None:
         MAX_RECOMPUTE_SHARE,
     )
 
-TIERS = _load("_fast_tiers")
+TIERS = load("policies._fast_tiers")
 if TIERS is not None:
     TIERS.configure(
         _positions(
@@ -73,7 +75,7 @@ if TIERS is not None:
         )
     )
 
-ADMISSION = _load("_fast_admission")
+ADMISSION = load("policies._fast_admission")
 
 
 def configure_admission(open_: object, reserved: object, saturated: object) -> None:

@@ -93,6 +93,8 @@ def headroom(slo: SloTarget, prediction: Prediction) -> float:
 
 def binding(slo: SloTarget, prediction: Prediction) -> tuple[str, float | None, float | None]:
     """The target with the largest p95/target ratio: (name, that p95, the target)."""
+    if not slo.tpot_s and not slo.deadline_s:  # a TTFT target alone (most classes): no ratios
+        return ("ttft", prediction.ttft_p95_s, slo.ttft_s) if slo.ttft_s else ("", None, None)
     judged = (
         ("ttft", prediction.ttft_p95_s, slo.ttft_s),
         ("tpot", prediction.tpot_p95_s, slo.tpot_s),
@@ -128,11 +130,10 @@ class SloAware:
         tpot = slo.tpot_s is not None or slo.deadline_s is not None  # else TTFT alone decides
         rows = self.estimator.predict_rows(request, candidates, tpot)
         home = self._affinity and request.session is not None and not request.cached_tokens
-        tiers = _tiers(request, candidates, rows, rng, self._band, home, self._comfort)
-        for keys in tiers:
-            keys.sort()
-        order = [key[-1] for keys in tiers for key in keys]
-        reason = "slo_met" if tiers[0] else "cold" if tiers[1] else "slo_at_risk"
+        order, met, unproven = _ranked(
+            request, candidates, rows, rng, self._band, home, self._comfort
+        )
+        reason = "slo_met" if met else "cold" if unproven else "slo_at_risk"
         if self._explores(rows, order, rng):
             cold = [i for i in order if rows[i][COLD]]
             pick = cold[rng.randrange(len(cold))]
@@ -168,6 +169,54 @@ MeetsKey = tuple[float, float, float, float, float, float, float, float, int]
 OtherKey = tuple[float, float, float, int]
 
 
+def _ranked(
+    request: RouteRequest,
+    candidates: Sequence[EndpointSnapshot],
+    rows: Sequence[PredictionRow],
+    rng: random.Random,
+    band_width: float,
+    home: bool = False,
+    comfort: float = 1.0,
+) -> tuple[list[int], int, int]:
+    """The candidates' indices in ranking order (each tier's keys sorted, the tiers in turn),
+    how many meet and how many are unproven. Compiled when built (policies/fast_paths.py:
+    `_tiers` and the sort in one call), else in Python."""
+    cached = request.cached_tokens
+    if COMPILED is not None and (not cached or type(cached) is dict):
+        args = compiled_args(request, candidates, rows, rng, band_width, home, comfort)
+        ranked: tuple[list[int], int, int] = COMPILED.ranked(*args)
+        return ranked
+    tiers = _tiers(request, candidates, rows, rng, band_width, home, comfort)
+    for keys in tiers:
+        keys.sort()
+    return [key[-1] for keys in tiers for key in keys], len(tiers[0]), len(tiers[1])
+
+
+def compiled_args(
+    request: RouteRequest,
+    candidates: Sequence[EndpointSnapshot],
+    rows: Sequence[PredictionRow],
+    rng: random.Random,
+    band_width: float,
+    home: bool,
+    comfort: float,
+) -> tuple[object, ...]:
+    """`_tiers`'s arguments as policies/_fast_tiers.c takes them (`tier_keys`, `ranked`)."""
+    slo = request.slo
+    return (
+        candidates,
+        rows,
+        (slo.ttft_s, slo.tpot_s, slo.deadline_s),
+        float(request.prompt_tokens),
+        request.cached_tokens or None,
+        rng.random,
+        band_width,
+        (request.session or "") if home else None,
+        rendezvous,
+        comfort,
+    )
+
+
 def _tiers(
     request: RouteRequest,
     candidates: Sequence[EndpointSnapshot],
@@ -178,40 +227,10 @@ def _tiers(
     comfort: float = 1.0,
 ) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
     """Each candidate's sort key, in its tier's list: plain tuples sort fastest, and tiers
-    sorted apart compare shorter keys. Compiled when built (policies/fast_paths.py), else
-    `_tiers_python`."""
-    cached = request.cached_tokens
-    if COMPILED is None or (cached and type(cached) is not dict):
-        return _tiers_python(request, candidates, rows, rng, band_width, home, comfort)
-    slo = request.slo
-    tiers: tuple[list[MeetsKey], list[OtherKey], list[OtherKey]] = COMPILED.tier_keys(
-        candidates,
-        rows,
-        (slo.ttft_s, slo.tpot_s, slo.deadline_s),
-        float(request.prompt_tokens),
-        cached or None,
-        rng.random,
-        band_width,
-        (request.session or "") if home else None,
-        rendezvous,
-        comfort,
-    )
-    return tiers
-
-
-def _tiers_python(
-    request: RouteRequest,
-    candidates: Sequence[EndpointSnapshot],
-    rows: Sequence[PredictionRow],
-    rng: random.Random,
-    band_width: float,
-    home: bool = False,
-    comfort: float = 1.0,
-) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
-    """`_tiers` in Python, the reference policies/_fast_tiers.c follows. `headroom` (as 1 −
-    the largest p95/target ratio), `EndpointSnapshot.cost` and `utilisation` are inlined: this
-    runs per candidate per request, and tests/unit/test_fast_paths.py holds the inlined copies
-    equal to them."""
+    sorted apart compare shorter keys. `headroom` (as 1 − the largest p95/target ratio),
+    `EndpointSnapshot.cost` and `utilisation` are inlined: this runs per candidate per request,
+    and tests/unit/test_fast_paths.py holds the inlined copies equal to them (and
+    policies/_fast_tiers.c's copy of this loop equal to it)."""
     slo = request.slo
     ttft_s, tpot_s, deadline_s = slo.ttft_s, slo.tpot_s, slo.deadline_s
     # floats, as in `Estimator.predict_rows`: float·float is the interpreter's fast path

@@ -185,7 +185,11 @@ class AdmissionControl(Generic[W]):
         """The decision and, when admitted, the candidates this request may use now."""
         states = self._admitted_states(route, current)
         decision = decide(
-            route.slo, states.values(), self.params, now_s=now, queued=self.queued[route.model]
+            route.slo,
+            states.values(),
+            self.params,
+            now_s=now,
+            queued=self.queued.get(route.model, 0),
         )
         if not isinstance(decision, Admit):
             return decision, []

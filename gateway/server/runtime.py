@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.settings import GatewayConfig, Settings
+from gateway.core import prefix_index
 from gateway.server.admission_queue import Admission
 from gateway.server.auth import KeyRing
 from gateway.server.finisher import Finisher
@@ -29,6 +30,7 @@ from gateway.upstream.redaction import redactor_for
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import HealthChecker
 from gateway.watch.scraper import Scraper
+from policies import fast_paths
 from policies.registry import build as build_policy
 
 
@@ -162,6 +164,10 @@ class Runtime:
         if isinstance(self.store, ResilientStore):
             jobs.append(self.store.watch())
         self.tasks = [asyncio.create_task(job) for job in jobs]
+        built = fast_paths.built() | {"prefix": prefix_index.COMPILED is not None}
+        pure = [name for name, compiled in built.items() if not compiled]
+        if pure:  # several times slower per decision: say so once (policies/fast_paths.py)
+            log.warning("routing loops run as pure Python: %s", ", ".join(pure))
 
     def apply(self, config: GatewayConfig) -> None:
         """Swap in the reloadable sections of a new config (see gateway/server/reload.py)."""

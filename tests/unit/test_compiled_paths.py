@@ -17,15 +17,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.core import prefix_index
+from gateway.core.prefix_chain import PrefixChain
+from gateway.core.prefix_index import PrefixIndex
 from policies import fast_paths
 from policies.admission import AdmissionParams, Saturation, _states, _states_python
 from policies.base import EndpointSnapshot, RouteRequest, SloTarget
 from policies.estimate import EstimateParams, Estimator
-from policies.slo_aware import _tiers, _tiers_python
+from policies.slo_aware import _ranked, _tiers, compiled_args
 from tests.unit.test_admission_states import snapshots as admission_snapshots
 from tests.unit.test_fast_paths import cases
 
-BUILT = fast_paths.built()
+BUILT = fast_paths.built() | {"prefix": prefix_index.COMPILED is not None}
+OPEN = Saturation.OPEN
 pytestmark = pytest.mark.skipif(
     not all(BUILT.values()) and not os.environ.get("CI"),
     reason=f"compiled loops not built ({BUILT}): pip install -e . with a C compiler",
@@ -72,7 +76,7 @@ def test_compiled_predict_rows_equals_the_python(
     st.integers(0, 120_000),
     st.booleans(),
 )
-def test_compiled_admission_states_equal_the_python(
+def test_compiled_admission_states_and_filter_equal_the_python(
     snapshots: tuple[EndpointSnapshot, ...],
     previous: dict[str, Saturation],
     footprint: int,
@@ -88,6 +92,10 @@ def test_compiled_admission_states_equal_the_python(
     if fast_request is not None and plain_request is not None:
         assert list(fast_request.items()) == list(plain_request.items())
         assert all(type(state) is Saturation for state in fast_request.values())
+    assert fast_paths.ADMISSION is not None
+    for highest in Saturation:
+        kept = fast_paths.ADMISSION.within(snapshots, previous, highest)
+        assert kept == [s for s in snapshots if previous.get(s.endpoint_id, OPEN) <= highest]
 
 
 @settings(max_examples=400, deadline=None)
@@ -98,7 +106,7 @@ def test_compiled_admission_states_equal_the_python(
     st.floats(0.5, 1.0),
     st.booleans(),
 )
-def test_compiled_tiers_equal_the_python(
+def test_compiled_tiers_and_ranking_equal_the_python(
     case: tuple[RouteRequest, list[EndpointSnapshot]],
     band: float,
     session: str | None,
@@ -111,8 +119,46 @@ def test_compiled_tiers_equal_the_python(
     request = request._replace(session=session)
     rows = Estimator(EstimateParams()).predict_rows_python(request, candidates)
     home = session is not None and not request.cached_tokens
-    fast_rng, plain_rng = random.Random(3), random.Random(3)
-    fast = _tiers(request, candidates, rows, fast_rng, band, home, comfort)
-    plain = _tiers_python(request, candidates, rows, plain_rng, band, home, comfort)
+    rngs = [random.Random(3) for _ in range(4)]
+    assert fast_paths.TIERS is not None
+    fast = fast_paths.TIERS.tier_keys(
+        *compiled_args(request, candidates, rows, rngs[0], band, home, comfort)
+    )
+    plain = _tiers(request, candidates, rows, rngs[1], band, home, comfort)
     assert same(list(fast), list(plain))
-    assert fast_rng.random() == plain_rng.random()  # the same number of ties drawn
+    for keys in plain:
+        keys.sort()
+    order = [key[-1] for keys in plain for key in keys]
+    ranked = _ranked(request, candidates, rows, rngs[2], band, home, comfort)
+    assert same(ranked, (order, len(plain[0]), len(plain[1])))
+    _tiers(request, candidates, rows, rngs[3], band, home, comfort)
+    draws = {rng.random() for rng in rngs}
+    assert len(draws) == 1  # the same number of ties drawn by each
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 70), st.integers(1, 12), st.integers(0, 2)), max_size=80),
+    st.integers(0, 12),
+    st.integers(1, 20_000),
+    st.booleans(),
+)
+def test_compiled_prefix_lookup_equals_the_python(
+    routes: list[tuple[int, int, int]], depth: int, prompt_tokens: int, warm: bool
+) -> None:
+    """Up to 71 endpoints, so holder masks pass 64 bits; chains that diverge, and a memo of
+    each mask's slots that is cold or warm."""
+    starts = (0, 5, 100)
+    chains = [PrefixChain(tuple(range(b, b + 12)), tuple(range(100, 1300, 100))) for b in starts]
+    index = PrefixIndex()
+    for endpoint, routed_depth, which in routes:
+        chain = chains[which]
+        index.routed(f"e{endpoint}", chain._replace(hashes=chain.hashes[:routed_depth]), 0, 0.0)
+    for holder in index.holders.values():
+        index._precision[holder.slot] = (holder.slot % 7) / 7
+    chain = chains[0]._replace(hashes=chains[0].hashes[:depth], ends=chains[0].ends[:depth])
+    if warm:
+        index.cached_python(chain, prompt_tokens)
+    fast = index.cached(chain, prompt_tokens)
+    plain = index.cached_python(chain, prompt_tokens)
+    assert same(list(fast.items()), list(plain.items()))

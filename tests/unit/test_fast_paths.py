@@ -21,7 +21,7 @@ from gateway.core.prefix_index import PrefixIndex
 from gateway.core.usage import _micro_usd, cost_pusd
 from policies.base import EndpointSnapshot, EngineSignals, LatencyEstimate, RouteRequest, SloTarget
 from policies.estimate import EstimateParams, Estimator, Prediction
-from policies.slo_aware import _tiers, headroom, utilisation
+from policies.slo_aware import _tiers, binding, headroom, utilisation
 
 seconds = st.floats(min_value=1e-4, max_value=5.0)
 maybe_seconds = st.none() | seconds
@@ -221,3 +221,32 @@ def test_cost_of_a_free_endpoint_short_cut_equals_the_formula(
     price = Price(input_per_1m=prices[0], output_per_1m=prices[1], cached_input_per_1m=prices[2])
     formula = round(_micro_usd(price, prompt, cached, completion) * 1e6)
     assert cost_pusd(price, prompt, cached, completion) == formula
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.none() | st.floats(0.05, 5.0),
+    st.none() | st.sampled_from([0.0, 0.02, 0.1]),
+    st.none() | st.sampled_from([0.0, 3.0, 30.0]),
+    st.floats(0.0, 10.0),
+    st.floats(0.0, 0.2),
+)
+def test_binding_short_cut_equals_the_largest_ratio(
+    ttft_s: float | None,
+    tpot_s: float | None,
+    deadline_s: float | None,
+    ttft_p95_s: float,
+    tpot_p95_s: float,
+) -> None:
+    """`binding` skips the ratios when only a TTFT target is set: the same as taking the
+    largest p95/target ratio over the targets the class sets."""
+    slo = SloTarget("c", ttft_s=ttft_s, tpot_s=tpot_s, deadline_s=deadline_s)
+    prediction = Prediction(0.0, ttft_p95_s, 0.0, tpot_p95_s, 100, 0.0, False)
+    judged = (
+        ("ttft", prediction.ttft_p95_s, ttft_s),
+        ("tpot", prediction.tpot_p95_s, tpot_s),
+        ("deadline", prediction.e2e_p95_s, deadline_s),
+    )
+    ratios = [(p95 / target, name, p95, target) for name, p95, target in judged if target]
+    expected = max(ratios)[1:] if ratios else ("", None, None)
+    assert binding(slo, prediction) == expected
