@@ -11,6 +11,27 @@
 /* A field of a NamedTuple (a tuple subclass) by the index policies/fast_paths.py configured. */
 #define FIELD(t, i) PyTuple_GET_ITEM((t), (i))
 
+/* 0 when `o` is a tuple (a NamedTuple) of at least `size` fields, else -1 with a TypeError:
+ * FIELD reads without a check, so every record is checked once before its fields are read. */
+static inline int check_record(PyObject *o, Py_ssize_t size, const char *what)
+{
+    if (PyTuple_Check(o) && PyTuple_GET_SIZE(o) >= size) {
+        return 0;
+    }
+    PyErr_Format(PyExc_TypeError, "%s must be a NamedTuple of at least %zd fields", what, size);
+    return -1;
+}
+
+/* One more than the largest of `count` field positions: the size a record must have. */
+static inline Py_ssize_t record_size(const Py_ssize_t *positions, int count)
+{
+    Py_ssize_t size = 0;
+    for (int i = 0; i < count; i++) {
+        size = positions[i] >= size ? positions[i] + 1 : size;
+    }
+    return size;
+}
+
 /* A Python number as a double, as float arithmetic would see it (an int converts exactly below
  * 2**53). Returns -1 with an exception set when it is not a number. */
 static inline int as_double(PyObject *o, double *out)

@@ -7,6 +7,7 @@
 static Py_ssize_t S_ID, S_IN_FLIGHT, S_IN_FLIGHT_TOKENS, S_LIMIT, S_ENGINE;
 static Py_ssize_t E_AGE, E_KV_USAGE, E_KV_CAPACITY, E_WAITING_FOR_CAPACITY, E_WAITING,
     E_PREEMPTIONS;
+static Py_ssize_t S_SIZE, E_SIZE; /* the records' sizes these positions need */
 static PyObject *STATES[3]; /* Saturation.OPEN, RESERVED, SATURATED */
 
 static PyObject *configure(PyObject *self, PyObject *args)
@@ -18,6 +19,11 @@ static PyObject *configure(PyObject *self, PyObject *args)
                           &saturated)) {
         return NULL;
     }
+    Py_ssize_t snapshot[] = {S_ID, S_IN_FLIGHT, S_IN_FLIGHT_TOKENS, S_LIMIT, S_ENGINE};
+    Py_ssize_t engine[] = {E_AGE, E_KV_USAGE, E_KV_CAPACITY, E_WAITING_FOR_CAPACITY, E_WAITING,
+                           E_PREEMPTIONS};
+    S_SIZE = record_size(snapshot, 5);
+    E_SIZE = record_size(engine, 6);
     PyObject *given[3] = {open, reserved, saturated};
     for (int i = 0; i < 3; i++) {
         Py_XSETREF(STATES[i], Py_NewRef(given[i]));
@@ -73,7 +79,13 @@ static int pressure(PyObject *snapshot, const Limits *l, long long footprint, do
     }
     PyObject *engine = FIELD(snapshot, S_ENGINE);
     double age_s;
-    if (engine == Py_None || FIELD(engine, E_AGE) == Py_None) {
+    if (engine == Py_None) {
+        return 0;
+    }
+    if (check_record(engine, E_SIZE, "engine signals")) {
+        return -1;
+    }
+    if (FIELD(engine, E_AGE) == Py_None) {
         return 0;
     }
     if (as_double(FIELD(engine, E_AGE), &age_s)) {
@@ -155,6 +167,10 @@ static PyObject *states(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t count = seq == NULL ? 0 : PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; found != NULL && i < count; i++) {
         PyObject *snapshot = PySequence_Fast_GET_ITEM(seq, i);
+        if (check_record(snapshot, S_SIZE, "a snapshot")) {
+            Py_CLEAR(found);
+            break;
+        }
         PyObject *key = FIELD(snapshot, S_ID);
         double level, added;
         int before = pressure(snapshot, &l, footprint, &level, &added) ? -1
@@ -193,7 +209,9 @@ static PyObject *within(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t count = seq == NULL ? 0 : PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; kept != NULL && i < count; i++) {
         PyObject *candidate = PySequence_Fast_GET_ITEM(seq, i);
-        int state = state_of(args[1], FIELD(candidate, S_ID));
+        int state = check_record(candidate, S_SIZE, "a snapshot")
+                        ? -1
+                        : state_of(args[1], FIELD(candidate, S_ID));
         if (state < 0 || (state <= highest && PyList_Append(kept, candidate))) {
             Py_CLEAR(kept);
         }

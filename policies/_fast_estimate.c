@@ -7,6 +7,7 @@
 /* Field positions, set by `configure` from the NamedTuples' `_fields`. */
 static Py_ssize_t S_ID, S_IN_FLIGHT, S_LIMIT, S_ENGINE, S_LATENCY;
 static Py_ssize_t E_WAITING, E_RUNNING, E_WAITING_FOR_CAPACITY, E_AGE, E_PREEMPTIONS;
+static Py_ssize_t S_SIZE, E_SIZE; /* the records' sizes these positions need */
 static double MAX_RECOMPUTE_SHARE = 0.9;
 
 static PyObject *configure(PyObject *self, PyObject *args)
@@ -16,6 +17,10 @@ static PyObject *configure(PyObject *self, PyObject *args)
                           &E_PREEMPTIONS, &MAX_RECOMPUTE_SHARE)) {
         return NULL;
     }
+    Py_ssize_t snapshot[] = {S_ID, S_IN_FLIGHT, S_LIMIT, S_ENGINE, S_LATENCY};
+    Py_ssize_t engine[] = {E_WAITING, E_RUNNING, E_WAITING_FOR_CAPACITY, E_AGE, E_PREEMPTIONS};
+    S_SIZE = record_size(snapshot, 5);
+    E_SIZE = record_size(engine, 5);
     Py_RETURN_NONE;
 }
 
@@ -78,7 +83,13 @@ static int fused_load(PyObject *snapshot, const Fit *f, long long in_flight, lon
         load->running = (double)slots;
     }
     PyObject *engine = FIELD(snapshot, S_ENGINE);
-    if (engine == Py_None || FIELD(engine, E_AGE) == Py_None) {
+    if (engine == Py_None) {
+        return 0;
+    }
+    if (check_record(engine, E_SIZE, "engine signals")) {
+        return -1;
+    }
+    if (FIELD(engine, E_AGE) == Py_None) {
         return 0;
     }
     double age_s, waiting = 0.0, running = 0.0;
@@ -175,6 +186,10 @@ static PyObject *predict_rows(PyObject *self, PyObject *const *args, Py_ssize_t 
     PyObject *rows = PyList_New(count);
     for (Py_ssize_t i = 0; rows != NULL && i < count; i++) {
         PyObject *snapshot = PySequence_Fast_GET_ITEM(seq, i);
+        if (check_record(snapshot, S_SIZE, "a snapshot")) {
+            Py_CLEAR(rows);
+            break;
+        }
         PyObject *fit = DICT_GET(args[1], FIELD(snapshot, S_ID));
         if (fit != NULL && PyTuple_Check(fit) && PyTuple_GET_SIZE(fit) > 0
             && FIELD(fit, 0) == FIELD(snapshot, S_LATENCY)) {

@@ -7,12 +7,17 @@
 static Py_ssize_t S_ID, S_KIND, S_IN_FLIGHT, S_LIMIT, S_INPUT_PRICE, S_OUTPUT_PRICE,
     S_CACHED_PRICE;
 
+static Py_ssize_t S_SIZE; /* the snapshot's size these positions need */
+
 static PyObject *configure(PyObject *self, PyObject *args)
 {
     if (!PyArg_ParseTuple(args, "(nnnnnnn)", &S_ID, &S_KIND, &S_IN_FLIGHT, &S_LIMIT,
                           &S_INPUT_PRICE, &S_OUTPUT_PRICE, &S_CACHED_PRICE)) {
         return NULL;
     }
+    Py_ssize_t snapshot[] = {S_ID, S_KIND, S_IN_FLIGHT, S_LIMIT, S_INPUT_PRICE, S_OUTPUT_PRICE,
+                             S_CACHED_PRICE};
+    S_SIZE = record_size(snapshot, 7);
     Py_RETURN_NONE;
 }
 
@@ -95,6 +100,9 @@ static int add_key(const Request *r, PyObject *snapshot, PyObject *row, Py_ssize
                    PyObject *tiers[3])
 {
     double ttft_p95_s, tpot_p95_s, uncertainty, cached = 0.0;
+    if (check_record(snapshot, S_SIZE, "a snapshot")) {
+        return -1;
+    }
     if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 8 || as_double(FIELD(row, 1), &ttft_p95_s)
         || as_double(FIELD(row, 3), &tpot_p95_s) || as_double(FIELD(row, 7), &uncertainty)) {
         return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_TypeError, "a row is an 8-tuple"), -1);

@@ -162,3 +162,16 @@ def test_compiled_prefix_lookup_equals_the_python(
     fast = index.cached(chain, prompt_tokens)
     plain = index.cached_python(chain, prompt_tokens)
     assert same(list(fast.items()), list(plain.items()))
+
+
+def test_a_record_too_short_is_refused_not_read_past_its_end() -> None:
+    """The C copies read fields by position without bounds checks, so each checks a record's
+    size first: a wrong record is a TypeError, never memory outside the tuple."""
+    limits = AdmissionParams().limits
+    request = RouteRequest("r", "m", "t", SloTarget("c", ttft_s=1.0), 10)
+    short = EndpointSnapshot("e", "vllm", engine=(1.0, 2.0))  # type: ignore[arg-type]
+    for candidates in ([("e", "vllm")], [short]):
+        with pytest.raises(TypeError, match="NamedTuple"):
+            _states({}, candidates, limits, 0)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="NamedTuple"):
+            Estimator(EstimateParams()).predict_rows(request, candidates)  # type: ignore[arg-type]
