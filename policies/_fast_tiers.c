@@ -30,33 +30,42 @@ typedef struct {
 static int target(PyObject *value, double *out, int *has)
 {
     *has = value != Py_None;
+    *out = 0.0;
     if (*has && as_double(value, out)) {
-        return -1;
-    }
-    if (*has && *out == 0.0) {
-        PyErr_SetString(PyExc_ZeroDivisionError, "an SLO target of 0 s");
         return -1;
     }
     return 0;
 }
 
-/* The largest p95/target ratio (0 without targets), as `_tiers` works it out. */
-static double ratio_of(const Targets *t, double ttft_p95_s, double tpot_p95_s, double output)
+/* `x / y`, raising where Python's float division would (y == 0). */
+static int divide(double x, double y, double *out)
 {
-    double ratio = 0.0;
-    if (t->has_ttft) {
-        ratio = ttft_p95_s / t->ttft_s;
+    if (y == 0.0) {
+        PyErr_SetString(PyExc_ZeroDivisionError, "float division by zero");
+        return -1;
     }
-    if (t->has_tpot && tpot_p95_s > ratio * t->tpot_s) {
-        ratio = tpot_p95_s / t->tpot_s;
+    *out = x / y;
+    return 0;
+}
+
+/* The largest p95/target ratio (0 without targets), as `_tiers` works it out. */
+static int ratio_of(const Targets *t, double ttft_p95_s, double tpot_p95_s, double output,
+                    double *ratio)
+{
+    *ratio = 0.0;
+    if (t->has_ttft && divide(ttft_p95_s, t->ttft_s, ratio)) {
+        return -1;
+    }
+    if (t->has_tpot && tpot_p95_s > *ratio * t->tpot_s && divide(tpot_p95_s, t->tpot_s, ratio)) {
+        return -1;
     }
     if (t->has_deadline) {
         double e2e_p95_s = ttft_p95_s + tpot_p95_s * output;
-        if (e2e_p95_s > ratio * t->deadline_s) {
-            ratio = e2e_p95_s / t->deadline_s;
+        if (e2e_p95_s > *ratio * t->deadline_s && divide(e2e_p95_s, t->deadline_s, ratio)) {
+            return -1;
         }
     }
-    return ratio;
+    return 0;
 }
 
 /* What `_tiers` reads per request, besides the candidates and rows. */
@@ -107,7 +116,10 @@ static int add_key(const Request *r, PyObject *snapshot, PyObject *row, Py_ssize
         || as_double(FIELD(row, 3), &tpot_p95_s) || as_double(FIELD(row, 7), &uncertainty)) {
         return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_TypeError, "a row is an 8-tuple"), -1);
     }
-    double ratio = ratio_of(&r->targets, ttft_p95_s, tpot_p95_s, r->output_tokens);
+    double ratio;
+    if (ratio_of(&r->targets, ttft_p95_s, tpot_p95_s, r->output_tokens, &ratio)) {
+        return -1;
+    }
     PyObject *tie = PyObject_CallNoArgs(r->tie), *index = PyLong_FromSsize_t(i), *key = NULL;
     int tier = 2;
     if (tie != NULL && index != NULL && !(ratio <= uncertainty * uncertainty)) {

@@ -34,14 +34,19 @@ from policies.engine_pressure import MAX_RECOMPUTE_SHARE
 PURE_PYTHON_ENV = "SLO_GATEWAY_PURE_PYTHON"
 
 
+_LOADED: dict[str, bool] = {}  # every compiled module asked for: whether it is in use
+
+
 def load(name: str) -> ModuleType | None:
     """The compiled module `name`, or None when it was not built or is turned off."""
-    if os.environ.get(PURE_PYTHON_ENV):
-        return None
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
+    module = None
+    if not os.environ.get(PURE_PYTHON_ENV):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            module = None
+    _LOADED[name] = module is not None
+    return module
 
 
 def _positions(fields: tuple[str, ...], *names: str) -> tuple[int, ...]:
@@ -101,9 +106,6 @@ def configure_admission(open_: object, reserved: object, saturated: object) -> N
 
 
 def built() -> dict[str, bool]:
-    """Which compiled loops are in use (benchmarks/decision.py prints it)."""
-    return {
-        "admission": ADMISSION is not None,
-        "estimate": ESTIMATE is not None,
-        "tiers": TIERS is not None,
-    }
+    """Each compiled module asked for so far, and whether it is in use: this module's three
+    when it is imported, the prefix lookup once gateway/core/prefix_index.py is."""
+    return dict(_LOADED)

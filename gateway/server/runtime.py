@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.settings import GatewayConfig, Settings
-from gateway.core import prefix_index
 from gateway.server.admission_queue import Admission
 from gateway.server.auth import KeyRing
 from gateway.server.finisher import Finisher
@@ -164,8 +163,7 @@ class Runtime:
         if isinstance(self.store, ResilientStore):
             jobs.append(self.store.watch())
         self.tasks = [asyncio.create_task(job) for job in jobs]
-        built = fast_paths.built() | {"prefix": prefix_index.COMPILED is not None}
-        pure = [name for name, compiled in built.items() if not compiled]
+        pure = [name for name, compiled in fast_paths.built().items() if not compiled]
         if pure:  # several times slower per decision: say so once (policies/fast_paths.py)
             log.warning("routing loops run as pure Python: %s", ", ".join(pure))
 

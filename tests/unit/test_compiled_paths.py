@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core import prefix_index
 from gateway.core.prefix_chain import PrefixChain
 from gateway.core.prefix_index import PrefixIndex
 from policies import fast_paths
@@ -28,7 +27,7 @@ from policies.slo_aware import _ranked, _tiers, compiled_args
 from tests.unit.test_admission_states import snapshots as admission_snapshots
 from tests.unit.test_fast_paths import cases
 
-BUILT = fast_paths.built() | {"prefix": prefix_index.COMPILED is not None}
+BUILT = fast_paths.built()  # prefix_index.py, imported above, asks for the prefix lookup
 OPEN = Saturation.OPEN
 pytestmark = pytest.mark.skipif(
     not all(BUILT.values()) and not os.environ.get("CI"),
@@ -38,6 +37,12 @@ pytestmark = pytest.mark.skipif(
 
 def test_ci_builds_every_compiled_loop() -> None:
     """CI installs with a compiler, so every loop must run compiled there."""
+    assert set(BUILT) == {
+        "policies._fast_admission",
+        "policies._fast_estimate",
+        "policies._fast_tiers",
+        "gateway.core._fast_prefix",
+    }
     assert all(BUILT.values()), BUILT
 
 
@@ -175,3 +180,24 @@ def test_a_record_too_short_is_refused_not_read_past_its_end() -> None:
             _states({}, candidates, limits, 0)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="NamedTuple"):
             Estimator(EstimateParams()).predict_rows(request, candidates)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "slo",
+    [
+        SloTarget("ttft_0", ttft_s=0.0),
+        SloTarget("tpot_0", ttft_s=1.0, tpot_s=0.0),
+        SloTarget("deadline_0", ttft_s=1.0, deadline_s=0.0),
+    ],
+)
+def test_compiled_tiers_divide_by_a_zero_target_as_the_python_does(slo: SloTarget) -> None:
+    """A target of 0 s raises ZeroDivisionError in both, as a float division by zero does."""
+    request = RouteRequest("r", "m", "t", slo, 100)
+    candidates = [EndpointSnapshot("a", "vllm")]
+    rows = Estimator(EstimateParams()).predict_rows_python(request, candidates)
+    assert fast_paths.TIERS is not None
+    args = compiled_args(request, candidates, rows, random.Random(1), 0.2, False, 1.0)
+    with pytest.raises(ZeroDivisionError):
+        _tiers(request, candidates, rows, random.Random(1), 0.2)
+    with pytest.raises(ZeroDivisionError):
+        fast_paths.TIERS.tier_keys(*args)
