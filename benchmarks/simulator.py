@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from gateway.offline.report import RunFacts, summarize
-from gateway.offline.runs import Run, policy_names, publish
+from gateway.offline.runs import Run, policy_choices, publish
 from gateway.offline.scenario import Scenario
 from gateway.offline.scenarios import SCENARIOS
 from gateway.offline.simulator import Simulator
@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=None, help="the first N of the plan")
     parser.add_argument("--policy", default="round_robin,least_loaded,slo_aware")
     args = parser.parse_args()
-    names = policy_names(args.policy)
+    names = [choice.label for choice in policy_choices(args.policy)]
     if BASELINE not in names:
         names.insert(0, BASELINE)
     logging.getLogger("gateway").setLevel(logging.ERROR)  # as `simulate` does: no breaker logs

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gateway.bench.api_events import Api
 from gateway.offline.records import LoadRecord, read_records, unserved
@@ -34,7 +35,10 @@ LOCUST_GRACE_S = 60.0  # startup and shutdown allowance beyond the scenario's ow
 
 @dataclass(frozen=True, slots=True)
 class LiveOptions:
-    policy: str = "least_loaded"
+    policy: str = "least_loaded"  # a registered policy's name, or the label of `config`
+    config: Mapping[str, Any] | None = (
+        None  # the gateway's policy section; None: `policy`'s defaults
+    )
     url: str | None = None  # an external gateway: no fleet, no faults
     keys: Mapping[str, str] = field(default_factory=dict)  # tenant -> key, for `url`
     seed: int | None = None
@@ -50,7 +54,7 @@ def run_live(scenario: Scenario, out_dir: Path, options: LiveOptions) -> Run:
         _locust(plan, out_dir, options.url)
         preemptions = None
     else:
-        with Stack(scenario, options.policy) as stack:
+        with Stack(scenario, options.config or options.policy) as stack:
             plan = _plan(scenario, options, records_path, scenario.tenant_keys(), stack.fleet)
             _locust(plan, out_dir, stack.url)
             preemptions = stack.preemptions()

@@ -11,7 +11,9 @@ import asyncio
 import os
 import socket
 import threading
+from collections.abc import Mapping
 from types import TracebackType
+from typing import Any
 
 import httpx
 
@@ -39,14 +41,19 @@ def free_ports(count: int) -> list[int]:
 
 
 class Stack:
-    def __init__(self, scenario: Scenario, policy: str) -> None:
+    def __init__(self, scenario: Scenario, policy: str | Mapping[str, Any]) -> None:
+        """`policy`: a registered policy's name (its defaults), or a gateway config's policy
+        section."""
         members = len(scenario.engines) + len(scenario.providers)
         *member_ports, self.port = free_ports(members + 1)
         self.fleet: FleetConfig = scenario.fleet(member_ports)
         self.url = f"http://{HOST}:{self.port}"
         endpoints = gateway_endpoints(self.fleet, HOST)
         self.config = parse_config(
-            scenario.gateway_config(endpoints, {"name": policy}), f"scenario {scenario.name}"
+            scenario.gateway_config(
+                endpoints, {"name": policy} if isinstance(policy, str) else policy
+            ),
+            f"scenario {scenario.name}",
         )
         self._environment = api_key_environment(self.fleet) | {
             tenant_key_env(tenant): key for tenant, key in scenario.tenant_keys().items()

@@ -9,11 +9,15 @@ Output layout under the chosen directory:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from gateway.config.settings import format_validation_error
 from gateway.offline import render
 from gateway.offline import report_charts as charts
 from gateway.offline.records import LoadRecord, write_records
@@ -21,7 +25,7 @@ from gateway.offline.report import RunFacts, Summary, summarize
 from gateway.offline.scenario import Scenario, TenantSpec
 from gateway.offline.simulator import SimResult, Simulator
 from gateway.offline.trace import PlannedRequest
-from policies.registry import POLICIES
+from policies.registry import POLICIES, PolicyParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,13 +34,55 @@ class Run:
     records: Sequence[LoadRecord]
 
 
-def policy_names(text: str) -> list[str]:
-    """ "a,b,c" -> names, each a registered policy (ValueError naming the unknown ones)."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in POLICIES]
-    if unknown or not names:
-        raise ValueError(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
-    return names
+@dataclass(frozen=True, slots=True)
+class PolicyChoice:
+    """A policy to run: its label (the run's folder and report row) and its config, the
+    `policy` section of a gateway config."""
+
+    label: str
+    config: Mapping[str, Any]
+
+    @classmethod
+    def named(cls, name: str) -> PolicyChoice:
+        """A registered policy with its default parameters."""
+        return cls(name, {"name": name})
+
+
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_PARAMS: TypeAdapter[Any] = TypeAdapter(PolicyParams)
+
+
+def defined_policies(document: Any, source: str) -> dict[str, Mapping[str, Any]]:
+    """A policy file's contents (label -> policy section), each section validated as the
+    gateway's config would (ValueError saying which label and what is wrong)."""
+    if not isinstance(document, Mapping) or not document:
+        raise ValueError(f"{source}: expected a mapping of labels to policy sections")
+    defined: dict[str, Mapping[str, Any]] = {}
+    for label, section in document.items():
+        if not isinstance(label, str) or not _LABEL.fullmatch(label):
+            raise ValueError(f"{source}: label {label!r}: use letters, digits, '_', '.', '-'")
+        if label in POLICIES:
+            raise ValueError(f"{source}: label {label!r} is a policy's own name; choose another")
+        try:
+            _PARAMS.validate_python(section)
+        except ValidationError as exc:
+            raise ValueError(format_validation_error(exc, f"{source}: policy {label!r}")) from None
+        defined[label] = section
+    return defined
+
+
+def policy_choices(
+    text: str, defined: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[PolicyChoice]:
+    """ "a,b,c" -> each a label of `defined` (a policy file's) or a registered policy's name
+    (ValueError naming the unknown ones)."""
+    defined = defined or {}
+    labels = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in labels if n not in POLICIES and n not in defined]
+    if unknown or not labels:
+        choices = ", ".join([*POLICIES, *defined])
+        raise ValueError(f"unknown policies {unknown}; choose from {choices}")
+    return [PolicyChoice(n, defined[n]) if n in defined else PolicyChoice.named(n) for n in labels]
 
 
 def for_trace(scenario: Scenario, plan: Sequence[PlannedRequest]) -> Scenario:
@@ -56,11 +102,16 @@ def for_trace(scenario: Scenario, plan: Sequence[PlannedRequest]) -> Scenario:
 
 
 def simulate(
-    scenario: Scenario, plan: Sequence[PlannedRequest], policy: str, seed: int = 0
+    scenario: Scenario,
+    plan: Sequence[PlannedRequest],
+    policy: str | PolicyChoice,
+    seed: int = 0,
 ) -> tuple[Run, SimResult]:
-    """One offline run, and the simulator's own result (its speed)."""
-    result = Simulator(scenario, plan, {"name": policy}, seed=seed).run()
-    facts = RunFacts(policy=policy, driver="offline", preemptions=float(result.preemptions))
+    """One offline run, and the simulator's own result (its speed). `policy`: a registered
+    policy's name (its defaults), or a labelled config."""
+    choice = policy if isinstance(policy, PolicyChoice) else PolicyChoice.named(policy)
+    result = Simulator(scenario, plan, choice.config, seed=seed).run()
+    facts = RunFacts(policy=choice.label, driver="offline", preemptions=float(result.preemptions))
     return Run(summarize(scenario, result.records, facts), result.records), result
 
 

@@ -16,7 +16,15 @@ import yaml
 from pydantic import ValidationError
 
 from gateway.offline import render
-from gateway.offline.runs import Run, for_trace, policy_names, publish, simulate
+from gateway.offline.runs import (
+    PolicyChoice,
+    Run,
+    defined_policies,
+    for_trace,
+    policy_choices,
+    publish,
+    simulate,
+)
 from gateway.offline.scenario import Scenario
 from gateway.offline.scenarios import SCENARIOS
 from gateway.offline.trace import PlannedRequest, TraceError, read_trace
@@ -32,7 +40,18 @@ def register(app: typer.Typer) -> None:
 ScenarioArg = Annotated[
     str, typer.Argument(help=f"One of: {', '.join(SCENARIOS)}; or a scenario YAML/JSON file.")
 ]
-PolicyOpt = Annotated[str, typer.Option("--policy", help="A policy, or several: a,b,c.")]
+PolicyOpt = Annotated[
+    str,
+    typer.Option("--policy", help="A policy, or several: a,b,c (names or --policy-file labels)."),
+]
+PolicyFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--policy-file",
+        help="YAML/JSON: label -> a policy section as in the gateway config; "
+        "name its labels in --policy.",
+    ),
+]
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Output directory.")]
 SeedOpt = Annotated[int | None, typer.Option(help="Workload seed (default: the scenario's).")]
 ChartOpt = Annotated[bool, typer.Option("--chart/--no-chart", help="Draw PNG charts.")]
@@ -51,9 +70,16 @@ def _scenario(name: str) -> Scenario:
         raise typer.BadParameter(f"{path}: {exc}") from None
 
 
-def _policies(text: str) -> list[str]:
+def _policies(text: str, policy_file: Path | None) -> list[PolicyChoice]:
+    defined = {}
+    if policy_file is not None:
+        try:
+            document = yaml.safe_load(policy_file.read_text())
+            defined = defined_policies(document, str(policy_file))
+        except (OSError, yaml.YAMLError, ValueError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="--policy-file") from None
     try:
-        return policy_names(text)
+        return policy_choices(text, defined)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--policy") from None
 
@@ -73,6 +99,7 @@ def _finish(runs: list[Run], out: Path, chart: bool) -> None:
 def simulate_command(
     scenario: ScenarioArg = "chat",
     policy: PolicyOpt = "least_loaded",
+    policy_file: PolicyFileOpt = None,
     trace: Annotated[
         Path | None,
         typer.Option(help="Replay this JSONL/CSV trace on the scenario's fleet and classes."),
@@ -91,28 +118,30 @@ def simulate_command(
     plan = _plan(spec, trace, tenant, slo_class, seed)[:requests]
     if trace is not None:
         spec = for_trace(spec, plan)
-    runs = _simulate_each(spec, plan, _policies(policy), seed or 0)
+    runs = _simulate_each(spec, plan, _policies(policy, policy_file), seed or 0)
     _finish(runs, out or Path("results") / f"simulate-{spec.name}", chart)
 
 
 def _simulate_each(
-    spec: Scenario, plan: list[PlannedRequest], policies: list[str], seed: int
+    spec: Scenario, plan: list[PlannedRequest], policies: list[PolicyChoice], seed: int
 ) -> list[Run]:
     # The gateway code run offline logs as it does live (breaker phase changes); stamped with
     # wall time while it runs in virtual time, those lines would only clutter the report.
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        return [_simulate_one(spec, plan, name, seed) for name in policies]
+        return [_simulate_one(spec, plan, choice, seed) for choice in policies]
     finally:
         log.setLevel(level)
 
 
-def _simulate_one(spec: Scenario, plan: list[PlannedRequest], name: str, seed: int) -> Run:
-    run, result = simulate(spec, plan, name, seed)
+def _simulate_one(
+    spec: Scenario, plan: list[PlannedRequest], choice: PolicyChoice, seed: int
+) -> Run:
+    run, result = simulate(spec, plan, choice, seed)
     per_cpu_s = len(plan) / max(result.cpu_s, 1e-9)
     typer.echo(
-        f"{name}: simulated {len(plan)} requests in {result.wall_s:.2f} s wall, "
+        f"{choice.label}: simulated {len(plan)} requests in {result.wall_s:.2f} s wall, "
         f"{result.cpu_s:.2f} s CPU ({per_cpu_s:.0f} requests per CPU second)"
     )
     return run
@@ -132,6 +161,7 @@ def _plan(
 def loadtest_command(
     scenario: ScenarioArg,
     policy: PolicyOpt = "least_loaded",
+    policy_file: PolicyFileOpt = None,
     url: Annotated[
         str | None,
         typer.Option(help="Target this gateway instead of starting the simulated fleet."),
@@ -156,16 +186,18 @@ def loadtest_command(
         )
         raise typer.Exit(2) from None
     spec = _scenario(scenario)
-    names = _policies(policy)
-    if url is not None and len(names) > 1:
+    choices = _policies(policy, policy_file)
+    if url is not None and (len(choices) > 1 or policy_file is not None):
         raise typer.BadParameter("an external gateway runs its own policy", param_hint="--policy")
     keys = _keys(api_key or [])
     folder = out or Path("results") / f"loadtest-{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     runs = []
-    for name in names:
-        options = LiveOptions(policy=name, url=url, keys=keys, seed=seed, api=_api(api))
-        typer.echo(f"{name}: running {spec.name} live for about {spec.duration_s:g} s")
-        runs.append(run_live(spec, folder / name, options))
+    for choice in choices:
+        options = LiveOptions(
+            policy=choice.label, config=choice.config, url=url, keys=keys, seed=seed, api=_api(api)
+        )
+        typer.echo(f"{choice.label}: running {spec.name} live for about {spec.duration_s:g} s")
+        runs.append(run_live(spec, folder / choice.label, options))
     _finish(runs, folder, chart)
 
 
