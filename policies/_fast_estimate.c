@@ -5,21 +5,21 @@
 #include "_fast.h"
 
 /* Field positions, set by `configure` from the NamedTuples' `_fields`. */
-static Py_ssize_t S_ID, S_IN_FLIGHT, S_LIMIT, S_ENGINE, S_LATENCY;
+static Py_ssize_t S_ID, S_IN_FLIGHT, S_LIMIT, S_ENGINE, S_LATENCY, S_PREFILL;
 static Py_ssize_t E_WAITING, E_RUNNING, E_WAITING_FOR_CAPACITY, E_AGE, E_PREEMPTIONS;
 static Py_ssize_t S_SIZE, E_SIZE; /* the records' sizes these positions need */
 static double MAX_RECOMPUTE_SHARE = 0.9;
 
 static PyObject *configure(PyObject *self, PyObject *args)
 {
-    if (!PyArg_ParseTuple(args, "(nnnnn)(nnnnn)d", &S_ID, &S_IN_FLIGHT, &S_LIMIT, &S_ENGINE,
-                          &S_LATENCY, &E_WAITING, &E_RUNNING, &E_WAITING_FOR_CAPACITY, &E_AGE,
-                          &E_PREEMPTIONS, &MAX_RECOMPUTE_SHARE)) {
+    if (!PyArg_ParseTuple(args, "(nnnnnn)(nnnnn)d", &S_ID, &S_IN_FLIGHT, &S_LIMIT, &S_ENGINE,
+                          &S_LATENCY, &S_PREFILL, &E_WAITING, &E_RUNNING, &E_WAITING_FOR_CAPACITY,
+                          &E_AGE, &E_PREEMPTIONS, &MAX_RECOMPUTE_SHARE)) {
         return NULL;
     }
-    Py_ssize_t snapshot[] = {S_ID, S_IN_FLIGHT, S_LIMIT, S_ENGINE, S_LATENCY};
+    Py_ssize_t snapshot[] = {S_ID, S_IN_FLIGHT, S_LIMIT, S_ENGINE, S_LATENCY, S_PREFILL};
     Py_ssize_t engine[] = {E_WAITING, E_RUNNING, E_WAITING_FOR_CAPACITY, E_AGE, E_PREEMPTIONS};
-    S_SIZE = record_size(snapshot, 5);
+    S_SIZE = record_size(snapshot, 6);
     E_SIZE = record_size(engine, 5);
     Py_RETURN_NONE;
 }
@@ -27,15 +27,15 @@ static PyObject *configure(PyObject *self, PyObject *args)
 /* The endpoint's fit as `FitRow` lays it out (`EndpointFit`, policies/estimate_params.py). */
 typedef struct {
     double a, b, mean_service_s, ttft_scale, tpot_scale, warmth, tpot_base_s, tpot_slope_s;
-    double penalty_mean_s, penalty_p95_s, idle_tpot_s, doubling_running;
+    double penalty_mean_s, penalty_p95_s, idle_tpot_s, doubling_running, prefill_weight;
     int has_tpot_base;
     PyObject *uncertainty, *cold, *prior_slots; /* borrowed from the fit */
 } Fit;
 
 static int read_fit(PyObject *fit, Fit *f)
 {
-    if (!PyTuple_Check(fit) || PyTuple_GET_SIZE(fit) != 16) {
-        PyErr_SetString(PyExc_TypeError, "an endpoint fit must be a 16-tuple");
+    if (!PyTuple_Check(fit) || PyTuple_GET_SIZE(fit) != 17) {
+        PyErr_SetString(PyExc_TypeError, "an endpoint fit must be a 17-tuple");
         return -1;
     }
     PyObject *tpot_base = FIELD(fit, 7);
@@ -52,7 +52,8 @@ static int read_fit(PyObject *fit, Fit *f)
         || as_double(FIELD(fit, 9), &f->penalty_mean_s)
         || as_double(FIELD(fit, 10), &f->penalty_p95_s)
         || as_double(FIELD(fit, 14), &f->idle_tpot_s)
-        || truthy_number(FIELD(fit, 15), &f->doubling_running)) {
+        || truthy_number(FIELD(fit, 15), &f->doubling_running)
+        || as_double(FIELD(fit, 16), &f->prefill_weight)) {
         return -1;
     }
     return 0;
@@ -143,7 +144,14 @@ static PyObject *row_of(PyObject *snapshot, PyObject *fit, PyObject *cached_map,
             return NULL;
         }
     }
+    double prefill;
+    if (as_double(FIELD(snapshot, S_PREFILL), &prefill)) {
+        return NULL;
+    }
+    /* cold (weight 1 - w): the prefill sent ahead and not yet answering, past the wait */
+    double started_s = f.b * prefill - wait_s;
     double ahead_s = f.a + f.b * (prompt_tokens - cached) + wait_s;
+    ahead_s += f.prefill_weight * (started_s > 0.0 ? started_s : 0.0);
     double tpot_s = NAN;
     if (tpot) {
         tpot_s = f.idle_tpot_s;

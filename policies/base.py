@@ -183,6 +183,9 @@ class EndpointSnapshot(NamedTuple):
     engine: EngineSignals | None = None
     latency: LatencyEstimate = _NO_ESTIMATE
     cached_input_price_per_1m: float = 0.0  # prompt tokens read from a prompt cache
+    # uncached prompt tokens of this replica's in-flight requests on it before their first
+    # token (a non-streamed request's first token is not seen: it counts until it ends)
+    prefill_tokens: int = 0
 
     @property
     def self_hosted(self) -> bool:

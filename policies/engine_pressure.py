@@ -1,4 +1,5 @@
-"""What an engine's own signals say about its load: read alike by admission and the estimate.
+"""What an engine's own signals say about its load: read alike by admission and the estimate,
+and the estimate's fused load (gateway leases with the engine's gauges, `fused_load`).
 
 Queue: `waiting_for_capacity` (vLLM's `num_requests_waiting_by_reason{reason="capacity"}`:
 waiting for the engine's batch slots or KV blocks) when the engine reports it, else `waiting`.
@@ -21,6 +22,11 @@ over-committed).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from policies.base import EndpointSnapshot
+from policies.estimate_params import EndpointFit
+
 MAX_RECOMPUTE_SHARE = 0.9  # the engine's time spent re-prefilling victims, at most (stretch 10)
 
 
@@ -28,3 +34,34 @@ def recompute_stretch(preemptions_per_s: float, service_s: float) -> float:
     """How much longer a queue takes to drain while the engine preempts (see above)."""
     share = preemptions_per_s * service_s
     return 1.0 / (1.0 - (share if share < MAX_RECOMPUTE_SHARE else MAX_RECOMPUTE_SHARE))
+
+
+class Load(NamedTuple):
+    """The fused load on one endpoint (policies/estimate.py, "Load")."""
+
+    queued: float
+    running: float
+    trust: float  # in the engine's gauges, by their age
+    stretch: float  # how much slower the queue drains while the engine preempts
+
+
+def fused_load(snapshot: EndpointSnapshot, fit: EndpointFit, half_life_s: float) -> Load:
+    """Gateway leases fused with the engine's gauges, as trusted as they are fresh."""
+    in_flight, limit = snapshot.in_flight, snapshot.max_concurrency
+    slots = limit or fit.prior_slots
+    queued = float(max(0, in_flight - slots)) if slots is not None else 0.0
+    running = float(min(in_flight, slots)) if slots is not None else float(in_flight)
+    engine = snapshot.engine
+    if engine is None or engine.age_s is None:
+        return Load(queued, running, 0.0, 1.0)
+    trust = 0.5 ** (engine.age_s / half_life_s) if engine.age_s > 0 else 1.0
+    waiting = engine.waiting if engine.waiting_for_capacity is None else engine.waiting_for_capacity
+    if waiting is not None:
+        queued = trust * waiting + (1.0 - trust) * queued
+    if engine.running is not None:
+        running = trust * engine.running + (1.0 - trust) * running
+    if limit:  # leases beyond a concurrency limit wait whatever the gauges say
+        queued = max(queued, float(in_flight - limit))
+    preempting = engine.preemptions_per_s
+    stretch = recompute_stretch(trust * preempting, fit.mean_service_s) if preempting else 1.0
+    return Load(queued, running, trust, stretch)

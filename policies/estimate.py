@@ -2,13 +2,16 @@
 
 Notation: P = the request's prompt tokens, N = its output tokens (max_tokens, else
 `default_output_tokens`), I = gateway-wide in-flight leases on the endpoint (instantaneous),
-W, R, p = engine waiting (for capacity), running, preemptions/s (`age_s` old; engine_pressure.py).
+W, R, p = engine waiting (for capacity), running, preemptions/s (`age_s` old; engine_pressure.py),
+F = uncached prompt tokens of this replica's in-flight requests there before their first token
+(`prefill_tokens`).
 
 Model (seconds)
     service   = a + b·(P − C)                              prefill of its uncached tokens
     wait      = queued · (a + b·P̄) · stretch               prefill work queued ahead of it
-    ttft_mean = service + wait + Σ rate·penalty
-    ttft_p95  = u·(service + b·C·(1 − h) + wait)·ttft_spread + wait·(1 − trust)
+    prefill   = (1 − w)·max(0, b·F − wait)                 ... and started ahead of it, cold
+    ttft_mean = service + wait + prefill + Σ rate·penalty
+    ttft_p95  = u·(service + b·C·(1 − h) + wait + prefill)·ttft_spread + wait·(1 − trust)
                 + Σ min(1, rate/0.05)·penalty
     tpot_mean = w·(c + d·(I + 1)) + (1 − w)·t·(1 + running / tpot_double_running)
     tpot_p95  = u·tpot_mean·tpot_spread
@@ -23,6 +26,17 @@ of a long prefix is judged to miss targets it meets (lower h for an index that l
 precision does not show). The store's fit is learned on uncached prompt tokens (the gateway
 records P − actual cached), so b is a slope per computed token and P̄ the typical uncached
 prefill of a queued request.
+
+Prefill ahead: an engine computes the prompts it has already taken before a new one's (chunked
+prefill shares each step's token budget), so a burst of long prompts delays each other's first
+tokens long before the batch is full. A warm fit holds the endpoint's typical share of this in
+its base; a prior holds none, and a cold endpoint takes a burst before any answer has shown
+what it costs (sessions_rag: five 2,000-token first turns per cold engine, each predicted 0.2 s
+and answered in 3 s). So while cold, the prefill this replica has sent there and not yet seen
+start answering counts, by coldness (1 − w), fused with the queue's wait (the larger of the
+two: requests past the batch are in both). Endpoints whose prior has no `batch_slots` (a
+hosted fleet) are not held to it. F is this replica's alone: other replicas' bursts show in
+the engine's gauges.
 
 Coefficients, each blended between the endpoint's statistics and a prior by warmth
     warmth    w = min(1, samples / min_samples); value = w·observed + (1 − w)·prior. An endpoint
@@ -93,7 +107,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, cast
 
 from policies.base import EndpointSnapshot, LatencyEstimate, RouteRequest
-from policies.engine_pressure import recompute_stretch
+from policies.engine_pressure import fused_load, recompute_stretch
 from policies.estimate_params import (
     EndpointFit,
     EndpointPrior,
@@ -182,10 +196,11 @@ class Estimator:
         cached = request.cached_tokens.get(snapshot.endpoint_id, 0.0)
         service_s = fit.a + fit.b * (request.prompt_tokens - cached)
         wait_s = load.queued * fit.mean_service_s * load.stretch
-        ttft_mean_s = service_s + wait_s + fit.penalty_mean_s
+        prefill_s = fit.prefill_weight * max(0.0, fit.b * snapshot.prefill_tokens - wait_s)
+        ttft_mean_s = service_s + wait_s + prefill_s + fit.penalty_mean_s
         pessimistic_s = service_s + fit.b * cached * self._miss_p95  # fewer hits than predicted
         ttft_p95_s = (
-            (pessimistic_s + wait_s) * fit.ttft_scale
+            (pessimistic_s + wait_s + prefill_s) * fit.ttft_scale
             + wait_s * (1.0 - load.trust)
             + fit.penalty_p95_s
         )
@@ -253,7 +268,7 @@ class Estimator:
                 fit = self._remember(snapshot)
             (_, a, b, mean_service_s, ttft_scale, tpot_scale, warmth, tpot_base_s, tpot_slope_s,
              penalty_mean_s, penalty_p95_s, uncertainty, cold, prior_slots, idle_tpot_s,
-             doubling_running) = fit  # fmt: skip
+             doubling_running, prefill_weight) = fit  # fmt: skip
             # the fused load (see Load above), inlined for speed
             in_flight = snapshot.in_flight
             limit = snapshot.max_concurrency
@@ -281,7 +296,10 @@ class Estimator:
             if preempting:  # the queue drains slower (policies/engine_pressure.py)
                 wait_s *= recompute_stretch(trust * preempting, mean_service_s)
             cached = cached_of(snapshot.endpoint_id, 0.0) if cached_of else 0.0
+            # cold (weight 1 − w): the prefill sent ahead and not yet answering, past the wait
+            started_s = b * snapshot.prefill_tokens - wait_s
             ahead_s = a + b * (prompt_tokens - cached) + wait_s
+            ahead_s += prefill_weight * (started_s if started_s > 0.0 else 0.0)
             tpot_s = math.nan
             if tpot:
                 # A known batch size is the better guess: a full batch about doubles an idle TPOT.
@@ -343,6 +361,7 @@ class Estimator:
             prior_slots=prior.batch_slots,
             idle_tpot_s=prior.tpot_s,
             doubling_running=prior.tpot_double_running,
+            prefill_weight=1.0 - warmth if prior.batch_slots is not None else 0.0,
         )
 
     def _failure_penalties(self, stats: LatencyEstimate, warmth: float) -> tuple[float, float]:
@@ -360,37 +379,6 @@ class Estimator:
 
 
 FIT_MEMO_SIZE = 4096
-
-
-class Load(NamedTuple):
-    """The fused load on one endpoint (Load above)."""
-
-    queued: float
-    running: float
-    trust: float  # in the engine's gauges, by their age
-    stretch: float  # how much slower the queue drains while the engine preempts
-
-
-def fused_load(snapshot: EndpointSnapshot, fit: EndpointFit, half_life_s: float) -> Load:
-    """Gateway leases fused with the engine's gauges, as trusted as they are fresh."""
-    in_flight, limit = snapshot.in_flight, snapshot.max_concurrency
-    slots = limit or fit.prior_slots
-    queued = float(max(0, in_flight - slots)) if slots is not None else 0.0
-    running = float(min(in_flight, slots)) if slots is not None else float(in_flight)
-    engine = snapshot.engine
-    if engine is None or engine.age_s is None:
-        return Load(queued, running, 0.0, 1.0)
-    trust = 0.5 ** (engine.age_s / half_life_s) if engine.age_s > 0 else 1.0
-    waiting = engine.waiting if engine.waiting_for_capacity is None else engine.waiting_for_capacity
-    if waiting is not None:
-        queued = trust * waiting + (1.0 - trust) * queued
-    if engine.running is not None:
-        running = trust * engine.running + (1.0 - trust) * running
-    if limit:  # leases beyond a concurrency limit wait whatever the gauges say
-        queued = max(queued, float(in_flight - limit))
-    preempting = engine.preemptions_per_s
-    stretch = recompute_stretch(trust * preempting, fit.mean_service_s) if preempting else 1.0
-    return Load(queued, running, trust, stretch)
 
 
 # A `Prediction` as a plain tuple, in its field order.

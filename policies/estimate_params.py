@@ -147,11 +147,12 @@ class EndpointFit(NamedTuple):
     prior_slots: int | None  # the prior's batch_slots ...
     idle_tpot_s: float  # ... tpot_s ...
     doubling_running: float | None  # ... and tpot_double_running
+    prefill_weight: float  # 1 − w, where the prior has batch slots (else 0): of prefill ahead
 
 
 # `EndpointFit` as the plain tuple `predict_rows` keeps and unpacks: a plain tuple unpacks about
 # three times faster than a NamedTuple (CPython specialises unpacking exact tuples only).
 FitRow = tuple[
     LatencyEstimate, float, float, float, float, float, float, float | None, float, float,
-    float, float, bool, int | None, float, float | None,
+    float, float, bool, int | None, float, float | None, float,
 ]  # fmt: skip

@@ -58,7 +58,15 @@ _SNAPSHOT, _ENGINE = EndpointSnapshot._fields, EngineSignals._fields
 ESTIMATE = load("policies._fast_estimate")
 if ESTIMATE is not None:
     ESTIMATE.configure(
-        _positions(_SNAPSHOT, "endpoint_id", "in_flight", "max_concurrency", "engine", "latency"),
+        _positions(
+            _SNAPSHOT,
+            "endpoint_id",
+            "in_flight",
+            "max_concurrency",
+            "engine",
+            "latency",
+            "prefill_tokens",
+        ),
         _positions(
             _ENGINE, "waiting", "running", "waiting_for_capacity", "age_s", "preemptions_per_s"
         ),

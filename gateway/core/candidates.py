@@ -33,13 +33,14 @@ def candidate_snapshots(
     """One snapshot per endpoint serving `model` through `api` that is in rotation at `now`."""
     found = []
     shared_of, in_flight_of, local_tokens = view.shared, view.in_flight, view.local_tokens
+    local_prefill = view.local_prefill
     available = registry.available
     for endpoint in registry.serving(model, api):
         endpoint_id = endpoint.id
         stats = shared_of(endpoint_id)  # cool-down and breaker, as `view.stats` has them
         if available(endpoint_id, now) and stats.available(now):
             in_flight = in_flight_of(endpoint_id, stats)
-            found.append(snapshot(endpoint, in_flight, local_tokens, signals, stats))
+            found.append(snapshot(endpoint, in_flight, local_tokens, signals, stats, local_prefill))
     return found
 
 
@@ -49,9 +50,11 @@ def snapshot(
     local_tokens: Mapping[str, int],
     signals: Signals,
     stats: EndpointStats,
+    local_prefill: Mapping[str, int],
 ) -> EndpointSnapshot:
     """What a policy sees of one endpoint: config, the fused in-flight count, this replica's
-    in-flight tokens, the latest scrape and the shared latency statistics."""
+    in-flight tokens and their prefill still to come, the latest scrape and the shared latency
+    statistics."""
     price = endpoint.price
     # Positional (EndpointSnapshot's field order): built per endpoint per request, where
     # keywords cost about a third more.
@@ -66,6 +69,7 @@ def snapshot(
         signals(endpoint.id),
         stats.latency,
         price.cached_input_rate,
+        local_prefill[endpoint.id],
     )
 
 

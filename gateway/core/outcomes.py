@@ -27,7 +27,9 @@ from policies.base import RouteRequest
 class Leases(Protocol):
     """This replica's leases: `LeaseBook` live, `LocalLeases` plus inline store calls offline."""
 
-    def take(self, endpoint_id: str, request_id: str, tokens: int) -> object: ...
+    def take(self, endpoint_id: str, request_id: str, tokens: int, prefill: int = 0) -> object: ...
+
+    def first_token(self, endpoint_id: str, request_id: str) -> object: ...
 
     def drop(self, endpoint_id: str, request_id: str) -> object: ...
 
@@ -61,6 +63,11 @@ class Outcomes:
         self.spawn = spawn
         self.observe = observe or spawn
 
+    def started(self, endpoint_id: str, request: RouteRequest, tokens: int) -> None:
+        """An attempt is sent: its lease, with its KV footprint `tokens` and its uncached
+        prompt tokens, prefill ahead of later requests until its first token."""
+        self.leases.take(endpoint_id, request.request_id, tokens, _uncached(request, endpoint_id))
+
     def failed_attempt(
         self, endpoint_id: str, request: RouteRequest, failure: AttemptFailed, now: float
     ) -> None:
@@ -93,6 +100,7 @@ class Outcomes:
             if ttft_s is None:
                 return
             progress.start(tokens, last_s)
+            self.leases.first_token(endpoint_id, request.request_id)
             self._observe_part(endpoint_id, request, "first_token", now, ttft_s=ttft_s)
         elif (stretch := progress.stretch(tokens, last_s)) is not None:
             self._observe_part(endpoint_id, request, "progress", now, stretch=stretch)

@@ -82,8 +82,8 @@ class InlineLeases(LocalLeases):
         self.store = store
         self.ttl_s = ttl_s
 
-    def take(self, endpoint_id: str, request_id: str, tokens: int) -> None:
-        super().take(endpoint_id, request_id, tokens)
+    def take(self, endpoint_id: str, request_id: str, tokens: int, prefill: int = 0) -> None:
+        super().take(endpoint_id, request_id, tokens, prefill)
         now = self.view.clock()
         run_to_completion(self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=now))
 
@@ -168,7 +168,7 @@ class GatewayModel:
     def take(self, endpoint_id: str, route: RouteRequest) -> None:
         """`Finisher.start`, with the footprint `Router._attempt` passes; then, as
         `PrefixRouting.sent`, the index learns where the prompt went."""
-        self.leases.take(endpoint_id, route.request_id, self.admission.footprint(route))
+        self.outcomes.started(endpoint_id, route, self.admission.footprint(route))
         chain = self.chains.get(route.request_id)
         if chain is not None:
             uncached = route.prompt_tokens - route.cached_tokens.get(endpoint_id, 0.0)

@@ -47,8 +47,8 @@ class Finisher:
         observe = run_now if at_once else background.spawn
         self.outcomes = Outcomes(leases, registry, health.breakers, view, spawn, observe=observe)
 
-    def start(self, endpoint_id: str, request_id: str, tokens: int) -> None:
-        self.leases.take(endpoint_id, request_id, tokens)
+    def start(self, endpoint_id: str, request: RouteRequest, tokens: int) -> None:
+        self.outcomes.started(endpoint_id, request, tokens)
 
     def abandoned(self, endpoint_id: str, request_id: str) -> None:
         self.leases.drop(endpoint_id, request_id)

@@ -90,6 +90,8 @@ def endpoint_views(runtime: Runtime) -> list[dict[str, Any]]:
                 "models": sorted(endpoint.models),
                 "phase": phase(runtime, eid),
                 "in_flight": stats.in_flight,
+                # this replica's in-flight uncached prompt tokens before their first token
+                "prefill_tokens": runtime.view.local_prefill[eid],
                 "saturation": _name(runtime.admission.states.get(eid)),
                 "engine": signals._asdict() if signals else None,
                 "estimate": dataclasses.asdict(stats.latency),

@@ -341,7 +341,7 @@ class Router:
         request: RouteRequest,
         record: RequestRecord,
     ) -> Opened:
-        self.finisher.start(endpoint.id, call.request_id, self.admission.footprint(request))
+        self.finisher.start(endpoint.id, request, self.admission.footprint(request))
         record.endpoint_id = endpoint.id
         record.attempts += 1
         try:

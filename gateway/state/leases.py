@@ -30,12 +30,21 @@ class LocalLeases:
 
     def __init__(self, view: SharedView) -> None:
         self.view = view
-        self._held: dict[tuple[str, str], tuple[int, int]] = {}  # -> (KV footprint, in-flight)
+        # -> (KV footprint, in-flight when taken, uncached prompt tokens before the first token)
+        self._held: dict[tuple[str, str], tuple[int, int, int]] = {}
 
-    def take(self, endpoint_id: str, request_id: str, tokens: int) -> None:
-        self.view.started(endpoint_id, tokens)
+    def take(self, endpoint_id: str, request_id: str, tokens: int, prefill: int = 0) -> None:
+        """`tokens`: the KV footprint; `prefill`: the uncached prompt tokens it computes first."""
+        self.view.started(endpoint_id, tokens, prefill)
         in_flight = self.view.in_flight(endpoint_id, self.view.shared(endpoint_id))
-        self._held[(endpoint_id, request_id)] = (tokens, in_flight)
+        self._held[(endpoint_id, request_id)] = (tokens, in_flight, prefill)
+
+    def first_token(self, endpoint_id: str, request_id: str) -> None:
+        """The request's first token came: its prefill is no longer ahead of others."""
+        held = self._held.get((endpoint_id, request_id))
+        if held is not None and held[2]:
+            self.view.prefilled(endpoint_id, held[2])
+            self._held[(endpoint_id, request_id)] = (held[0], held[1], 0)
 
     def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int:
         """Gateway-wide in-flight on the endpoint when this lease was taken, itself included."""
@@ -47,7 +56,7 @@ class LocalLeases:
         held = self._held.pop((endpoint_id, request_id), None)
         if held is None:
             return False
-        self.view.finished(endpoint_id, held[0])
+        self.view.finished(endpoint_id, held[0], held[2])
         return True
 
 
@@ -75,9 +84,10 @@ class LeaseBook:
         self._at_once = writes_at_once(store)
         self._refreshed_at: dict[tuple[str, str], float] = {}  # when each lease was last taken
 
-    def take(self, endpoint_id: str, request_id: str, tokens: int) -> None:
-        """Lease `endpoint_id` for a request whose KV footprint is `tokens`."""
-        self.local.take(endpoint_id, request_id, tokens)
+    def take(self, endpoint_id: str, request_id: str, tokens: int, prefill: int = 0) -> None:
+        """Lease `endpoint_id` for a request whose KV footprint is `tokens` and which computes
+        `prefill` uncached prompt tokens before its first token."""
+        self.local.take(endpoint_id, request_id, tokens, prefill)
         self.metrics.in_flight.labels(endpoint_id).inc()
         now = self.clock()
         acquiring = self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=now)
@@ -90,6 +100,9 @@ class LeaseBook:
 
     def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int:
         return self.local.in_flight_when_taken(endpoint_id, request_id)
+
+    def first_token(self, endpoint_id: str, request_id: str) -> None:
+        self.local.first_token(endpoint_id, request_id)
 
     def drop(self, endpoint_id: str, request_id: str) -> None:
         key = (endpoint_id, request_id)

@@ -40,6 +40,8 @@ class SharedView:
         self.refresh_s = refresh_s
         self.local: Counter[str] = Counter()
         self.local_tokens: Counter[str] = Counter()  # KV footprint of this replica's in-flight
+        # uncached prompt tokens of this replica's in-flight before their first token
+        self.local_prefill: Counter[str] = Counter()
         self.refreshed_at_s: float | None = None  # wall clock of the last good refresh
         self._shared: Mapping[str, EndpointStats] = {}
         self._local_at_refresh: Counter[str] = Counter()
@@ -88,10 +90,17 @@ class SharedView:
         others = shared.in_flight - self._local_at_refresh[endpoint_id]
         return (others if others > 0 else 0) + self.local[endpoint_id]
 
-    def started(self, endpoint_id: str, tokens: int) -> None:
+    def started(self, endpoint_id: str, tokens: int, prefill: int = 0) -> None:
         self.local[endpoint_id] += 1
         self.local_tokens[endpoint_id] += tokens
+        self.local_prefill[endpoint_id] += prefill
 
-    def finished(self, endpoint_id: str, tokens: int) -> None:
+    def prefilled(self, endpoint_id: str, prefill: int) -> None:
+        """A request's first token came: its `prefill` tokens are computed."""
+        self.local_prefill[endpoint_id] -= prefill
+
+    def finished(self, endpoint_id: str, tokens: int, prefill: int = 0) -> None:
+        """`prefill`: what of the request was still before its first token."""
         self.local[endpoint_id] -= 1
         self.local_tokens[endpoint_id] -= tokens
+        self.local_prefill[endpoint_id] -= prefill

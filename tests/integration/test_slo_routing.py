@@ -8,10 +8,12 @@ import time
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from gateway.config.settings import parse_config
 from tests.fixtures.gateway import (
+    PUBLIC_MODEL,
     TENANT_KEY,
     admin_endpoints,
     chat_body,
@@ -84,6 +86,47 @@ def test_a_long_prompt_goes_to_the_fastest_prefill_even_when_a_short_one_does_no
     assert short.headers["x-slo-gateway-endpoint"] == "slow-prefill"  # cheapest meeting the SLO
     assert long.headers["x-slo-gateway-endpoint"] == "fast-prefill"
     assert long.headers["x-slo-gateway-at-risk"] == "false"
+
+
+def test_a_cold_engine_counts_the_prefill_it_was_sent_until_that_first_token() -> None:
+    slow = engine(prefill_per_token_s=0.0005, prefill_quadratic_s=0.0)  # 6,000 tokens: 3 s
+    with fleet_gateway({"slow": slow}, policy=SLO_AWARE) as (gateway, _):
+        client = openai.OpenAI(base_url=gateway.base_url + "/v1", api_key=TENANT_KEY, max_retries=0)
+
+        def predicted_ttft_s(prompt: str) -> float:
+            messages: Any = [{"role": "user", "content": prompt}]
+            raw = client.chat.completions.with_raw_response.create(
+                model=PUBLIC_MODEL, messages=messages, max_tokens=4
+            )
+            return float(raw.headers["x-slo-gateway-predicted-ttft-ms"]) / 1000
+
+        def prefill_tokens() -> int:
+            counted: int = admin_endpoints(gateway.base_url)["slow"]["prefill_tokens"]
+            return counted
+
+        idle_s = predicted_ttft_s("a" + "x" * 4 * 1000)
+        first_token = threading.Event()
+
+        def long_stream() -> None:
+            messages: Any = [{"role": "user", "content": "b" + "y" * 4 * 6000}]
+            stream = client.chat.completions.create(
+                model=PUBLIC_MODEL, messages=messages, max_tokens=300, stream=True
+            )
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    first_token.set()
+
+        streaming = threading.Thread(target=long_stream, daemon=True)
+        streaming.start()
+        assert eventually(lambda: prefill_tokens() >= 5000, 5), prefill_tokens()
+        behind_s = predicted_ttft_s("c" + "x" * 4 * 1000)  # sent while the long one prefills
+        assert first_token.wait(30)
+        # counted until its first token, not until its end: it is still streaming
+        assert eventually(lambda: prefill_tokens() == 0, 5), prefill_tokens()
+        assert streaming.is_alive()
+        streaming.join(60)
+    # about (1 - warmth) x the prior's slope x 6,000 tokens: 0.8 x 1e-4 x 6,000 = 0.48 s
+    assert behind_s - idle_s >= 0.4, (idle_s, behind_s)
 
 
 def _warm(base_url: str) -> bool:

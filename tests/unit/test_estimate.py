@@ -71,6 +71,35 @@ def test_ttft_mean_follows_prompt_length_and_queue(
     assert prediction.ttft_mean_s == pytest.approx(expected_ttft_s)
 
 
+HALF_WARM = LatencyEstimate(samples=5, ttft_base_s=0.1, ttft_per_token_s=0.001)
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "expected_extra_s"),
+    [
+        # cold: this replica's 6,000 tokens sent and not yet answering are prefill ahead
+        (endpoint(prefill_tokens=6000), 1e-4 * 6000),
+        # half warm: half of it (the fit holds the endpoint's typical queueing)
+        (endpoint(prefill_tokens=6000, latency=HALF_WARM), 0.5 * (0.5 * (0.001 + 1e-4)) * 6000),
+        # warm: none
+        (endpoint(prefill_tokens=6000, latency=WARM), 0.0),
+        # fused with the queue's wait, the larger counting: 4 queued x 0.15 s > 0.3 s of prefill
+        (endpoint(prefill_tokens=3000, engine=engine(waiting=4)), 0.0),
+        (endpoint(prefill_tokens=9000, engine=engine(waiting=4)), 1e-4 * 9000 - 4 * 0.15),
+        # a hosted fleet (no batch slots in its prior) does not queue our prefills
+        (endpoint(kind="openai", prefill_tokens=6000), 0.0),
+    ],
+)
+def test_a_cold_endpoint_counts_the_prefill_sent_ahead_of_a_request(
+    snapshot: EndpointSnapshot, expected_extra_s: float
+) -> None:
+    idle = ESTIMATE.predict(request(), snapshot._replace(prefill_tokens=0))
+    loaded = ESTIMATE.predict(request(), snapshot)
+    scale = idle.uncertainty * (2.5 if snapshot.kind == "openai" else 2.0)  # u x the spread
+    assert loaded.ttft_mean_s - idle.ttft_mean_s == pytest.approx(expected_extra_s, abs=1e-12)
+    assert loaded.ttft_p95_s - idle.ttft_p95_s == pytest.approx(expected_extra_s * scale)
+
+
 @pytest.mark.parametrize(
     ("snapshot", "expected_queued"),
     [

@@ -74,6 +74,7 @@ def snapshots(draw: st.DrawFn, endpoint_id: str) -> EndpointSnapshot:
         engine=draw(engines()),
         latency=draw(latencies()),
         cached_input_price_per_1m=draw(price),
+        prefill_tokens=draw(st.just(0) | st.integers(1, 40_000)),
     )
 
 

@@ -73,3 +73,21 @@ async def test_without_renewal_a_lease_expires_after_its_ttl() -> None:
     leases.take("e", "orphan", tokens=100)
     assert await shared_count(store, T0 + TTL_S - 0.01) == 1
     assert await shared_count(store, T0 + TTL_S) == 0
+
+
+async def test_prefill_counts_from_the_take_until_the_first_token_or_the_end() -> None:
+    store, clock, background = MemoryStatsStore(), Clock(), Background()
+    leases = lease_book(store, clock, background)
+    view = leases.view
+    leases.take("e", "streamed", tokens=1500, prefill=1200)
+    leases.take("e", "unanswered", tokens=900, prefill=800)
+    assert view.local_prefill["e"] == 2000 and view.local_tokens["e"] == 2400
+    leases.first_token("e", "streamed")
+    leases.first_token("e", "streamed")  # a second report changes nothing
+    assert view.local_prefill["e"] == 800
+    leases.drop("e", "streamed")  # its prefill went at its first token, not again
+    assert view.local_prefill["e"] == 800 and view.local_tokens["e"] == 900
+    leases.drop("e", "unanswered")  # no first token: its prefill goes with its lease
+    leases.first_token("e", "unanswered")  # after the end: nothing held
+    assert view.local_prefill["e"] == 0 and view.local_tokens["e"] == 0 and view.local["e"] == 0
+    await background.drain()

@@ -323,3 +323,18 @@ def test_a_request_with_little_headroom_on_self_hosted_spills_to_a_comfortable_p
         request=short, candidates=[tight, roomy], rng=random.Random(0)
     )
     assert ranking.endpoints[0].endpoint_id == "tight"  # p95 0.27 s: room enough, the cheapest
+
+
+def test_a_burst_on_cold_engines_goes_to_the_idle_one_then_spills_to_a_measured_provider() -> None:
+    """sessions_rag's first seconds: long first turns arrive before any engine has answered.
+    Each cold engine's prior looks fast enough (p95 (0.05 + 1e-4 x 2,000) x 3 x 2 = 1.5 s of
+    2.5 s); the prefill already sent there (two 2,000-token prompts: +0.4 s, p95 +2.4 s) is not."""
+    rag = SloTarget("rag", ttft_s=2.5)
+    request = RouteRequest("r", "m", "t", rag, prompt_tokens=2000, max_tokens=100)
+    hosted = provider("hosted", 3.0, base_s=0.3, per_token_s=1e-5)
+    busy, idle = cold("busy")._replace(prefill_tokens=4000), cold("idle")
+    ranking = SloAware(NO_EXPLORE).rank(request, [busy, idle, hosted], random.Random(0))
+    assert [e.endpoint_id for e in ranking.endpoints] == ["idle", "hosted", "busy"]
+    both = [busy, idle._replace(prefill_tokens=4000), hosted]
+    ranking = SloAware(NO_EXPLORE).rank(request, both, random.Random(0))
+    assert (ranking.endpoints[0].endpoint_id, ranking.reason) == ("hosted", "slo_met")

@@ -107,7 +107,8 @@ def test_a_first_token_is_fitted_on_the_uncached_tokens_the_index_predicted() ->
     view = SimpleNamespace(
         store=store, stats=lambda _: healthy, shared=lambda _: None, in_flight=lambda *_: 1
     )
-    outcomes = Outcomes(None, None, None, view, seen.append)  # type: ignore[arg-type]
+    leases = SimpleNamespace(first_token=lambda *_: None)
+    outcomes = Outcomes(leases, None, None, view, seen.append)  # type: ignore[arg-type]
     progress = StreamProgress()
     predicted = request(4000, {"e": 3000.0, "other": 500.0})
     outcomes.streamed("e", predicted, progress, 1, 0.3, last_s=0.3, now=100.0)

@@ -35,7 +35,12 @@ def snapshot(runtime: Runtime, endpoint_id: str) -> EndpointSnapshot:
     stats = runtime.view.stats(endpoint_id)
     endpoint, view = runtime.registry.endpoints[endpoint_id], runtime.view
     return candidates.snapshot(
-        endpoint, stats.in_flight, view.local_tokens, runtime.scraper.signals, stats
+        endpoint,
+        stats.in_flight,
+        view.local_tokens,
+        runtime.scraper.signals,
+        stats,
+        view.local_prefill,
     )
 
 
