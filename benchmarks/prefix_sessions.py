@@ -8,9 +8,10 @@ found cached and the prefill tokens they computed, load imbalance (max/mean requ
 engine), cost, and the gateway index's precision and recall against the engines' truth
 (Σ min(predicted, actual) over Σ predicted, and over Σ actual, per served request).
 
-slo_aware runs with and without prefix awareness (`prefix_aware`), each with the engines'
-prefill slope as its vLLM prior (what `slo-gateway bench` measures, 5e-4 s/token on the slow
-engines), and once with the default prior; the others need no prior.
+slo_aware runs with and without prefix awareness (`prefix_aware`), each with a vLLM prior
+seeded as docs/slo-guide.md (section 6) seeds one from a `slo-gateway bench` run: the engines'
+prefill slope (5e-4 s/token on the slow engines) and, since it is measured, `uncertainty` 1.2;
+and once with the default prior. The others need no prior.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from gateway.telemetry.record import Finished
 from policies.base import RouteRequest
 
 SCENARIO_NAMES = ["sessions_slow", "sessions_fast", "sessions_rag"]
-BENCH_PRIOR = {"priors": {"vllm": {"ttft_per_token_s": 5e-4}}}
+BENCH_PRIOR = {"priors": {"vllm": {"ttft_per_token_s": 5e-4, "uncertainty": 1.2}}}
 VARIANTS: dict[str, dict[str, Any]] = {
     "round_robin": {"name": "round_robin"},
     "least_loaded": {"name": "least_loaded"},
