@@ -84,4 +84,17 @@ static inline double floor_div(double x, double y)
 /* Borrowed value of `dict[key]`, or NULL when absent (check PyErr_Occurred for an error). */
 #define DICT_GET(d, k) PyDict_GetItemWithError((d), (k))
 
+/* A METH_FASTCALL function as a method table takes it. */
+#define FASTCALL(f) (PyCFunction)(void (*)(void))(f)
+
+/* The module object and init function every compiled module ends with: `name` follows PyInit_
+ * (the module's last name part), `dotted` is its import path, `methods` its method table. */
+#define FAST_MODULE(name, dotted, methods)                                                      \
+    static struct PyModuleDef name##_module = {                                                 \
+        PyModuleDef_HEAD_INIT, .m_name = dotted, .m_size = -1, .m_methods = methods};           \
+    PyMODINIT_FUNC PyInit_##name(void)                                                          \
+    {                                                                                           \
+        return PyModule_Create(&name##_module);                                                 \
+    }
+
 #endif

@@ -1,7 +1,7 @@
 /* `_states`'s loop (policies/admission.py), compiled: each endpoint's pressure and its next
  * saturation by hysteresis, and the state a request of a given footprint would find it in. The
  * same arithmetic in the same order as the Python, so the states are equal
- * (tests/unit/test_fast_paths.py). Change both together; see policies/fast_paths.py. */
+ * (tests/unit/test_compiled_paths.py). Change both together; see policies/fast_paths.py. */
 #include "_fast.h"
 
 static Py_ssize_t S_ID, S_IN_FLIGHT, S_IN_FLIGHT_TOKENS, S_LIMIT, S_ENGINE;
@@ -222,18 +222,11 @@ static PyObject *within(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Field positions and the Saturation members."},
-    {"within", (PyCFunction)(void (*)(void))within, METH_FASTCALL,
+    {"within", FASTCALL(within), METH_FASTCALL,
      "with_headroom's filter (policies/admission.py)."},
-    {"states", (PyCFunction)(void (*)(void))states, METH_FASTCALL,
+    {"states", FASTCALL(states), METH_FASTCALL,
      "_states's loop (policies/admission.py)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "policies._fast_admission", NULL, -1, methods,
-};
-
-PyMODINIT_FUNC PyInit__fast_admission(void)
-{
-    return PyModule_Create(&module);
-}
+FAST_MODULE(_fast_admission, "policies._fast_admission", methods)

@@ -1,6 +1,6 @@
 /* `Estimator.predict_rows`'s loop (policies/estimate.py), compiled: the same arithmetic in the
  * same order, on the same fields, so every row equals the Python one bit for bit
- * (tests/unit/test_fast_paths.py). Change both together; policies/fast_paths.py explains why
+ * (tests/unit/test_compiled_paths.py). Change both together; policies/fast_paths.py explains why
  * this exists and how it is loaded. */
 #include "_fast.h"
 
@@ -160,7 +160,8 @@ static PyObject *row_of(PyObject *snapshot, PyObject *fit, PyObject *cached_map,
                      * (1.0 + load.running / (limit ? (double)limit : f.doubling_running));
         }
         if (f.has_tpot_base) {
-            tpot_s += f.warmth * (f.tpot_base_s + f.tpot_slope_s * (double)(in_flight + 1) - tpot_s);
+            double observed_s = f.tpot_base_s + f.tpot_slope_s * (double)(in_flight + 1);
+            tpot_s += f.warmth * (observed_s - tpot_s);
         }
     }
     double ttft_p95_s = (ahead_s + f.b * cached * miss_p95) * f.ttft_scale
@@ -221,16 +222,9 @@ static PyObject *predict_rows(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Field positions and the recompute share cap."},
-    {"predict_rows", (PyCFunction)(void (*)(void))predict_rows, METH_FASTCALL,
+    {"predict_rows", FASTCALL(predict_rows), METH_FASTCALL,
      "Estimator.predict_rows's loop (policies/estimate.py)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "policies._fast_estimate", NULL, -1, methods,
-};
-
-PyMODINIT_FUNC PyInit__fast_estimate(void)
-{
-    return PyModule_Create(&module);
-}
+FAST_MODULE(_fast_estimate, "policies._fast_estimate", methods)

@@ -1,6 +1,6 @@
 /* `_tiers`'s loop (policies/slo_aware.py), compiled: each candidate's sort key in its tier's
  * list, from its prediction row. The same arithmetic in the same order as the Python, and the
- * same calls of the tie-breaking rng, so the keys are equal (tests/unit/test_fast_paths.py).
+ * same calls of the tie-breaking rng, so the keys are equal (tests/unit/test_compiled_paths.py).
  * Change both together; see policies/fast_paths.py. */
 #include "_fast.h"
 
@@ -68,6 +68,16 @@ static int ratio_of(const Targets *t, double ttft_p95_s, double tpot_p95_s, doub
     return 0;
 }
 
+/* 0 when `row` is a prediction row (`PredictionRow`, a plain 8-tuple), else -1 with a TypeError. */
+static int check_row(PyObject *row)
+{
+    if (PyTuple_Check(row) && PyTuple_GET_SIZE(row) == 8) {
+        return 0;
+    }
+    PyErr_SetString(PyExc_TypeError, "a row is an 8-tuple");
+    return -1;
+}
+
 /* What `_tiers` reads per request, besides the candidates and rows. */
 typedef struct {
     Targets targets;
@@ -112,9 +122,9 @@ static int add_key(const Request *r, PyObject *snapshot, PyObject *row, Py_ssize
     if (check_record(snapshot, S_SIZE, "a snapshot")) {
         return -1;
     }
-    if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 8 || as_double(FIELD(row, 1), &ttft_p95_s)
+    if (check_row(row) || as_double(FIELD(row, 1), &ttft_p95_s)
         || as_double(FIELD(row, 3), &tpot_p95_s) || as_double(FIELD(row, 7), &uncertainty)) {
-        return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_TypeError, "a row is an 8-tuple"), -1);
+        return -1;
     }
     double ratio;
     if (ratio_of(&r->targets, ttft_p95_s, tpot_p95_s, r->output_tokens, &ratio)) {
@@ -179,11 +189,7 @@ static PyObject *tier_keys(PyObject *self, PyObject *const *args, Py_ssize_t nar
     r.output_tokens = 0.0;
     if (count > 0) {
         PyObject *first = PySequence_Fast_GET_ITEM(rows, 0);
-        if (!PyTuple_Check(first) || PyTuple_GET_SIZE(first) != 8
-            || as_double(FIELD(first, 4), &r.output_tokens)) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_TypeError, "a row is an 8-tuple");
-            }
+        if (check_row(first) || as_double(FIELD(first, 4), &r.output_tokens)) {
             goto done;
         }
     }
@@ -243,18 +249,11 @@ static PyObject *ranked(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Field positions of EndpointSnapshot."},
-    {"tier_keys", (PyCFunction)(void (*)(void))tier_keys, METH_FASTCALL,
+    {"tier_keys", FASTCALL(tier_keys), METH_FASTCALL,
      "_tiers's loop (policies/slo_aware.py)."},
-    {"ranked", (PyCFunction)(void (*)(void))ranked, METH_FASTCALL,
+    {"ranked", FASTCALL(ranked), METH_FASTCALL,
      "_ranked (policies/slo_aware.py): the tier keys, sorted, as candidate indices."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "policies._fast_tiers", NULL, -1, methods,
-};
-
-PyMODINIT_FUNC PyInit__fast_tiers(void)
-{
-    return PyModule_Create(&module);
-}
+FAST_MODULE(_fast_tiers, "policies._fast_tiers", methods)

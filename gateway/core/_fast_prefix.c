@@ -118,16 +118,9 @@ static PyObject *cached(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static PyMethodDef methods[] = {
-    {"cached", (PyCFunction)(void (*)(void))cached, METH_FASTCALL,
+    {"cached", FASTCALL(cached), METH_FASTCALL,
      "PrefixIndex.cached (gateway/core/prefix_index.py)."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "gateway.core._fast_prefix", NULL, -1, methods,
-};
-
-PyMODINIT_FUNC PyInit__fast_prefix(void)
-{
-    return PyModule_Create(&module);
-}
+FAST_MODULE(_fast_prefix, "gateway.core._fast_prefix", methods)
