@@ -28,20 +28,12 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-# A C compiler for the compiled routing loops (policies/fast_paths.py: without one they would
-# run as Python, several times slower); the runtime stage below carries none. Unpinned: the
-# compiler of the base image's Debian release.
-# hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
-    && rm -rf /var/lib/apt/lists/*
-
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
 WORKDIR /src
 # Metadata first so the dependency layer is cached while only the code changes.
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml README.md ./
 COPY policies ./policies
 COPY gateway ./gateway
 # No test, load or plot extras: the runtime dependencies only, compiled to bytecode at install

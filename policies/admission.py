@@ -52,7 +52,6 @@ from typing import Any, Literal, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies import fast_paths
 from policies.base import EndpointSnapshot, SloTarget
 from policies.deadline_queue import can_still_meet
 
@@ -71,9 +70,8 @@ class Reason(StrEnum):
 
 
 class Limits(NamedTuple):
-    """The thresholds `_states` (which unpacks them in this order) and `_saturation` read, as
-    plain values: a pydantic attribute costs about four times a tuple field, and these run
-    per endpoint per request."""
+    """The thresholds `_states` and `_saturation` read, as plain values: a pydantic attribute
+    costs about four times a tuple field, and these run per endpoint per request."""
 
     in_flight_threshold: float
     max_gauge_age_s: float
@@ -188,8 +186,6 @@ def admission_states(
 
 # Enum attribute lookups cost about 0.1 µs each; these run per endpoint per request.
 _OPEN, _RESERVED, _SATURATED = Saturation.OPEN, Saturation.RESERVED, Saturation.SATURATED
-fast_paths.configure_admission(_OPEN, _RESERVED, _SATURATED)
-COMPILED = fast_paths.ADMISSION
 
 
 def next_saturation(
@@ -219,70 +215,51 @@ def _states(
     """Each endpoint's next state from its pressure, by hysteresis from `previous`. Into
     `request` when given: the state a request of `footprint_tokens` would find it in once
     admitted (the pressure with that footprint added to the KV in use, from OPEN, never below
-    the next state); into `levels`: that pressure. Compiled when built (policies/fast_paths.py)
-    and no `levels` are asked for, else `_states_python`."""
-    if COMPILED is None or levels is not None or type(previous) is not dict:
-        return _states_python(previous, snapshots, limits, footprint_tokens, levels, request)
-    states: dict[str, Saturation] = COMPILED.states(
-        previous, snapshots, limits, footprint_tokens, request
-    )
-    return states
-
-
-def _states_python(
-    previous: Mapping[str, Saturation],
-    snapshots: Iterable[EndpointSnapshot],
-    limits: Limits,
-    footprint_tokens: int = 0,
-    levels: dict[str, float] | None = None,
-    request: dict[str, Saturation] | None = None,
-) -> dict[str, Saturation]:
-    """`_states` in Python, the reference policies/_fast_admission.c follows: one loop, the
-    pressure inlined and the thresholds read once, `x if x > y else y` for max(), as this runs
-    per endpoint per request."""
-    (in_flight_threshold, max_age_s, kv_threshold, queue_threshold, band, reserved_at,
-     preemption_threshold_per_s) = limits  # fmt: skip
-    open_below = reserved_at - band  # OPEN whatever it was before: most endpoints
+    the next state); into `levels`: that pressure."""
+    open_below = limits.reserved_at - limits.hysteresis_band  # OPEN whatever it was before
     states = {}
     for snapshot in snapshots:
-        level = added = 0.0  # added: the KV level with the request's footprint
-        if snapshot.max_concurrency:
-            level = snapshot.in_flight / (snapshot.max_concurrency * in_flight_threshold)
-        engine = snapshot.engine
-        # stale or missing gauges are left out (fail open)
-        if engine is not None and (age_s := engine.age_s) is not None and not age_s > max_age_s:
-            kv_usage = engine.kv_usage
-            if kv_usage is not None:
-                # KV in use: the gauge, or our own dispatched footprint when it is larger (the
-                # gauge lags); with the footprint of the request being decided, for `request`
-                capacity = engine.kv_capacity_tokens
-                if capacity:
-                    ours = snapshot.in_flight_tokens / capacity
-                    kv_usage = kv_usage if kv_usage > ours else ours
-                    added = (kv_usage + footprint_tokens / capacity) / kv_threshold
-                kv_level = kv_usage / kv_threshold
-                level = kv_level if kv_level > level else level
-            waiting = engine.waiting_for_capacity  # when reported (policies/engine_pressure.py)
-            waiting = engine.waiting if waiting is None else waiting
-            if waiting is not None:
-                queue_level = waiting / queue_threshold
-                level = queue_level if queue_level > level else level
-            preempting = engine.preemptions_per_s
-            if preempting:
-                preemption_level = preempting / preemption_threshold_per_s
-                level = preemption_level if preemption_level > level else level
+        level, loaded = _pressures(snapshot, limits, footprint_tokens)
         key = snapshot.endpoint_id
         state = (
             _OPEN if level < open_below else _saturation(previous.get(key, _OPEN), level, limits)
         )
         states[key] = state
-        loaded = added if added > level else level  # the pressure once the request is in
         if request is not None:
             alone = _OPEN if loaded < open_below else _saturation(_OPEN, loaded, limits)
-            request[key] = alone if alone > state else state
+            request[key] = max(alone, state)
         if levels is not None:
             levels[key] = loaded
     return states
+
+
+def _pressures(
+    snapshot: EndpointSnapshot, limits: Limits, footprint_tokens: int
+) -> tuple[float, float]:
+    """The endpoint's pressure (see above), and the same once `footprint_tokens` more KV tokens
+    are in use."""
+    level = added = 0.0  # added: the KV level with the request's footprint
+    if snapshot.max_concurrency:
+        level = snapshot.in_flight / (snapshot.max_concurrency * limits.in_flight_threshold)
+    engine = snapshot.engine
+    if engine is None or engine.age_s is None or engine.age_s > limits.max_gauge_age_s:
+        return level, level  # stale or missing gauges are left out (fail open)
+    kv_usage = engine.kv_usage
+    if kv_usage is not None:
+        # KV in use: the gauge, or our own dispatched footprint when it is larger (the gauge
+        # lags); with the footprint of the request being decided, for `added`
+        capacity = engine.kv_capacity_tokens
+        if capacity:
+            kv_usage = max(kv_usage, snapshot.in_flight_tokens / capacity)
+            added = (kv_usage + footprint_tokens / capacity) / limits.kv_threshold
+        level = max(level, kv_usage / limits.kv_threshold)
+    waiting = engine.waiting_for_capacity  # when reported (policies/engine_pressure.py)
+    waiting = engine.waiting if waiting is None else waiting
+    if waiting is not None:
+        level = max(level, waiting / limits.queue_threshold)
+    if engine.preemptions_per_s:
+        level = max(level, engine.preemptions_per_s / limits.preemption_threshold_per_s)
+    return level, max(added, level)
 
 
 def saturation_for(previous: Saturation, level: float, params: AdmissionParams) -> Saturation:
@@ -321,9 +298,6 @@ def with_headroom(
 ) -> list[EndpointSnapshot]:
     """The candidates this class may be sent to now (unknown endpoints count as OPEN)."""
     highest = ceiling(slo, params)
-    if COMPILED is not None and type(states) is dict:  # policies/fast_paths.py
-        kept: list[EndpointSnapshot] = COMPILED.within(candidates, states, highest)
-        return kept
     return [c for c in candidates if states.get(c.endpoint_id, _OPEN) <= highest]
 
 

@@ -49,17 +49,18 @@ def fused_load(snapshot: EndpointSnapshot, fit: EndpointFit, half_life_s: float)
     """Gateway leases fused with the engine's gauges, as trusted as they are fresh."""
     in_flight, limit = snapshot.in_flight, snapshot.max_concurrency
     slots = limit or fit.prior_slots
-    queued = float(max(0, in_flight - slots)) if slots is not None else 0.0
-    running = float(min(in_flight, slots)) if slots is not None else float(in_flight)
+    queued, running = 0.0, float(in_flight)
+    if slots is not None and in_flight > slots:
+        queued, running = float(in_flight - slots), float(slots)
     engine = snapshot.engine
     if engine is None or engine.age_s is None:
         return Load(queued, running, 0.0, 1.0)
     trust = 0.5 ** (engine.age_s / half_life_s) if engine.age_s > 0 else 1.0
     waiting = engine.waiting if engine.waiting_for_capacity is None else engine.waiting_for_capacity
-    if waiting is not None:
-        queued = trust * waiting + (1.0 - trust) * queued
+    if waiting is not None:  # moved towards the gauge as far as it is trusted
+        queued += trust * (waiting - queued)
     if engine.running is not None:
-        running = trust * engine.running + (1.0 - trust) * running
+        running += trust * (engine.running - running)
     if limit:  # leases beyond a concurrency limit wait whatever the gauges say
         queued = max(queued, float(in_flight - limit))
     preempting = engine.preemptions_per_s

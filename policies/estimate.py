@@ -102,26 +102,23 @@ Use: `Estimator(params)` once, then `predict_all(request, candidates) -> [Predic
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 from policies.base import EndpointSnapshot, LatencyEstimate, RouteRequest
-from policies.engine_pressure import fused_load, recompute_stretch
+from policies.engine_pressure import fused_load
 from policies.estimate_params import (
     EndpointFit,
     EndpointPrior,
     EstimateParams,
-    FitRow,
     PlainPrior,
     blended_spread,
     tail_share,
     tpot_fit,
     ttft_coefficients,
 )
-from policies.fast_paths import ESTIMATE as COMPILED
 
-__all__ = ["EndpointPrior", "EstimateParams", "Estimator", "Prediction", "PredictionRow"]
+__all__ = ["EndpointPrior", "EstimateParams", "Estimator", "Prediction"]
 
 
 class Prediction(NamedTuple):
@@ -181,37 +178,37 @@ class Estimator:
             "openai": PlainPrior.of(params.priors.openai),
         }
         self._endpoint_priors = {k: PlainPrior.of(v) for k, v in params.endpoint_priors.items()}
-        self._fits: dict[str, FitRow] = {}
+        self._fits: dict[str, EndpointFit] = {}
 
     def _prior(self, snapshot: EndpointSnapshot) -> PlainPrior:
         own = self._endpoint_priors.get(snapshot.endpoint_id) if self._endpoint_priors else None
         return own or self._kind_priors[snapshot.kind]
 
     def predict(self, request: RouteRequest, snapshot: EndpointSnapshot) -> Prediction:
-        """The model above for one endpoint, written as the docstring writes it. `predict_rows`
-        is the same arithmetic inlined over many endpoints; tests/unit/test_fast_paths.py holds
-        the two equal on random snapshots."""
-        fit = self.fit_of(snapshot)
+        """The model above for one endpoint."""
+        fit = self._fits.get(snapshot.endpoint_id)
+        if fit is None or fit.stats is not snapshot.latency:
+            fit = self._remember(snapshot)
         load = fused_load(snapshot, fit, self._half_life_s)
         cached = request.cached_tokens.get(snapshot.endpoint_id, 0.0)
-        service_s = fit.a + fit.b * (request.prompt_tokens - cached)
         wait_s = load.queued * fit.mean_service_s * load.stretch
+        # cold (weight 1 − w): the prefill sent ahead and not yet answering, past the wait
         prefill_s = fit.prefill_weight * max(0.0, fit.b * snapshot.prefill_tokens - wait_s)
-        ttft_mean_s = service_s + wait_s + prefill_s + fit.penalty_mean_s
-        pessimistic_s = service_s + fit.b * cached * self._miss_p95  # fewer hits than predicted
+        ahead_s = fit.a + fit.b * (request.prompt_tokens - cached) + wait_s + prefill_s
+        fewer_hits_s = fit.b * cached * self._miss_p95  # fewer hits than predicted
         ttft_p95_s = (
-            (pessimistic_s + wait_s + prefill_s) * fit.ttft_scale
+            (ahead_s + fewer_hits_s) * fit.ttft_scale
             + wait_s * (1.0 - load.trust)
             + fit.penalty_p95_s
         )
         tpot_mean_s = fit.idle_tpot_s
-        if fit.doubling_running:
+        if fit.doubling_running:  # a known batch size: a full batch about doubles an idle TPOT
             tpot_mean_s *= 1.0 + load.running / (snapshot.max_concurrency or fit.doubling_running)
         if fit.tpot_base_s is not None:
             observed_s = fit.tpot_base_s + fit.tpot_slope_s * (snapshot.in_flight + 1)
-            tpot_mean_s = fit.warmth * observed_s + (1.0 - fit.warmth) * tpot_mean_s
+            tpot_mean_s += fit.warmth * (observed_s - tpot_mean_s)
         return Prediction(
-            ttft_mean_s,
+            ahead_s + fit.penalty_mean_s,
             ttft_p95_s,
             tpot_mean_s,
             tpot_mean_s * fit.tpot_scale,
@@ -225,109 +222,13 @@ class Estimator:
         self, request: RouteRequest, snapshots: Sequence[EndpointSnapshot]
     ) -> list[Prediction]:
         """The model above for each endpoint."""
-        return [Prediction._make(row) for row in self.predict_rows(request, snapshots)]
+        return [self.predict(request, snapshot) for snapshot in snapshots]
 
-    def predict_rows(
-        self, request: RouteRequest, snapshots: Sequence[EndpointSnapshot], tpot: bool = True
-    ) -> list[PredictionRow]:
-        """`predict_all` as plain tuples in `Prediction`'s field order (a NamedTuple costs several
-        times a tuple to build): each endpoint's fit, this request and the load now, in one hot
-        loop. `tpot=False` leaves the TPOT fields NaN, for a caller that judges TTFT alone.
-        The loop runs compiled when it was built (policies/fast_paths.py), else as Python."""
-        cached = request.cached_tokens
-        if COMPILED is None or (cached and type(cached) is not dict):
-            return self.predict_rows_python(request, snapshots, tpot)
-        rows: list[PredictionRow] = COMPILED.predict_rows(
-            snapshots,
-            self._fits,
-            self._remember,
-            float(request.prompt_tokens),
-            request.max_tokens or self.default_output_tokens,
-            cached or None,
-            self._half_life_s,
-            self._miss_p95,
-            tpot,
-        )
-        return rows
-
-    def predict_rows_python(
-        self, request: RouteRequest, snapshots: Sequence[EndpointSnapshot], tpot: bool = True
-    ) -> list[PredictionRow]:
-        """`predict_rows` in Python: the reference that policies/_fast_estimate.c follows."""
-        # floats, not ints, wherever the result is the same: float·float (and 1.0 − float) is
-        # the interpreter's fast path, float·int is not
-        prompt_tokens = float(request.prompt_tokens)
-        output_tokens = request.max_tokens or self.default_output_tokens
-        half_life_s, fits, miss_p95 = self._half_life_s, self._fits, self._miss_p95
-        cached_of = request.cached_tokens.get if request.cached_tokens else None
-        rows: list[PredictionRow] = []
-        append = rows.append
-        for snapshot in snapshots:
-            fit = fits.get(snapshot.endpoint_id)
-            if fit is None or fit[0] is not snapshot.latency:
-                fit = self._remember(snapshot)
-            (_, a, b, mean_service_s, ttft_scale, tpot_scale, warmth, tpot_base_s, tpot_slope_s,
-             penalty_mean_s, penalty_p95_s, uncertainty, cold, prior_slots, idle_tpot_s,
-             doubling_running, prefill_weight) = fit  # fmt: skip
-            # the fused load (see Load above), inlined for speed
-            in_flight = snapshot.in_flight
-            limit = snapshot.max_concurrency
-            slots = limit or prior_slots
-            queued: float = 0.0
-            running: float = in_flight
-            trust, preempting = 0.0, None
-            if slots is not None and in_flight > slots:
-                queued, running = float(in_flight - slots), slots
-            engine = snapshot.engine
-            if engine is not None and (age_s := engine.age_s) is not None:
-                waiting = engine.waiting_for_capacity  # when reported, else all that wait
-                waiting = engine.waiting if waiting is None else waiting
-                running_gauge = engine.running
-                trust = 0.5 ** (age_s / half_life_s) if age_s > 0 else 1.0
-                if waiting is not None:
-                    queued += trust * (waiting - queued)
-                if running_gauge is not None:
-                    running += trust * (running_gauge - running)
-                queued = (
-                    float(in_flight - limit) if limit and in_flight - limit > queued else queued
-                )
-                preempting = engine.preemptions_per_s
-            wait_s = queued * mean_service_s
-            if preempting:  # the queue drains slower (policies/engine_pressure.py)
-                wait_s *= recompute_stretch(trust * preempting, mean_service_s)
-            cached = cached_of(snapshot.endpoint_id, 0.0) if cached_of else 0.0
-            # cold (weight 1 − w): the prefill sent ahead and not yet answering, past the wait
-            started_s = b * snapshot.prefill_tokens - wait_s
-            ahead_s = a + b * (prompt_tokens - cached) + wait_s
-            ahead_s += prefill_weight * (started_s if started_s > 0.0 else 0.0)
-            tpot_s = math.nan
-            if tpot:
-                # A known batch size is the better guess: a full batch about doubles an idle TPOT.
-                tpot_s = (
-                    idle_tpot_s * (1.0 + running / (limit or doubling_running))
-                    if doubling_running
-                    else idle_tpot_s
-                )
-                if tpot_base_s is not None:
-                    tpot_s += warmth * (tpot_base_s + tpot_slope_s * (in_flight + 1) - tpot_s)
-            append((
-                ahead_s + penalty_mean_s,
-                (ahead_s + b * cached * miss_p95) * ttft_scale + wait_s * (1.0 - trust)
-                + penalty_p95_s,
-                tpot_s,
-                tpot_s * tpot_scale,
-                output_tokens,
-                queued,
-                cold,
-                uncertainty,
-            ))  # fmt: skip
-        return rows
-
-    def _remember(self, snapshot: EndpointSnapshot) -> FitRow:
+    def _remember(self, snapshot: EndpointSnapshot) -> EndpointFit:
         """Work out and keep the endpoint's fit, until its statistics object is replaced."""
         if len(self._fits) >= FIT_MEMO_SIZE:
             self._fits.clear()
-        fit = cast(FitRow, tuple(self.fit_of(snapshot)))
+        fit = self.fit_of(snapshot)
         self._fits[snapshot.endpoint_id] = fit
         return fit
 
@@ -379,7 +280,3 @@ class Estimator:
 
 
 FIT_MEMO_SIZE = 4096
-
-
-# A `Prediction` as a plain tuple, in its field order.
-PredictionRow = tuple[float, float, float, float, int, float, bool, float]

@@ -64,8 +64,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from policies.base import NO_CACHED, EndpointSnapshot, Ranking, RouteRequest, SloTarget
-from policies.estimate import EstimateParams, Estimator, Prediction, PredictionRow
-from policies.fast_paths import TIERS as COMPILED
+from policies.estimate import EstimateParams, Estimator, Prediction
 
 
 class Params(BaseModel):
@@ -79,16 +78,23 @@ class Params(BaseModel):
     estimate: EstimateParams = EstimateParams()
 
 
+def ratio(slo: SloTarget, prediction: Prediction) -> float:
+    """The largest p95/target ratio over the targets the class sets (0 with none): ≤ 1 meets."""
+    worst = 0.0
+    if slo.ttft_s is not None:
+        worst = prediction.ttft_p95_s / slo.ttft_s
+    if slo.tpot_s is not None:
+        worst = max(worst, prediction.tpot_p95_s / slo.tpot_s)
+    if slo.deadline_s is not None:
+        worst = max(worst, prediction.e2e_p95_s / slo.deadline_s)
+    return worst
+
+
 def headroom(slo: SloTarget, prediction: Prediction) -> float:
     """Fraction of the tightest target left over at the p95; negative when it is missed."""
-    room = math.inf
-    if slo.ttft_s is not None:
-        room = 1 - prediction.ttft_p95_s / slo.ttft_s
-    if slo.tpot_s is not None:
-        room = min(room, 1 - prediction.tpot_p95_s / slo.tpot_s)
-    if slo.deadline_s is not None:
-        room = min(room, 1 - prediction.e2e_p95_s / slo.deadline_s)
-    return room
+    if slo.ttft_s is None and slo.tpot_s is None and slo.deadline_s is None:
+        return math.inf
+    return 1.0 - ratio(slo, prediction)
 
 
 def binding(slo: SloTarget, prediction: Prediction) -> tuple[str, float | None, float | None]:
@@ -127,19 +133,18 @@ class SloAware:
         if request.cached_tokens and not self._prefix_aware:
             request = request._replace(cached_tokens=NO_CACHED)
         slo = request.slo
-        tpot = slo.tpot_s is not None or slo.deadline_s is not None  # else TTFT alone decides
-        rows = self.estimator.predict_rows(request, candidates, tpot)
+        predictions = self.estimator.predict_all(request, candidates)
         home = self._affinity and request.session is not None and not request.cached_tokens
         order, met, unproven = _ranked(
-            request, candidates, rows, rng, self._band, home, self._comfort
+            request, candidates, predictions, rng, self._band, home, self._comfort
         )
         reason = "slo_met" if met else "cold" if unproven else "slo_at_risk"
-        if self._explores(rows, order, rng):
-            cold = [i for i in order if rows[i][COLD]]
+        if self._explores(predictions, order, rng):
+            cold = [i for i in order if predictions[i].cold]
             pick = cold[rng.randrange(len(cold))]
             order = [pick, *(i for i in order if i != pick)]
             reason = "explore"
-        first = Prediction._make(rows[order[0]])
+        first = predictions[order[0]]
         # positional: keyword arguments cost about half a µs more on this path
         return Ranking(
             tuple([candidates[i] for i in order]),
@@ -151,15 +156,11 @@ class SloAware:
         )
 
     def _explores(
-        self, rows: Sequence[PredictionRow], order: Sequence[int], rng: random.Random
+        self, predictions: Sequence[Prediction], order: Sequence[int], rng: random.Random
     ) -> bool:
         if rng.random() >= self._explore_fraction:
             return False
-        return any(rows[i][COLD] for i in order[1:])
-
-
-COLD = Prediction._fields.index("cold")
-OUTPUT_TOKENS = Prediction._fields.index("output_tokens")
+        return any(predictions[i].cold for i in order[1:])
 
 
 # Sort keys per tier, each ending in a random tie and the candidate's index (unique, so ties
@@ -172,114 +173,60 @@ OtherKey = tuple[float, float, float, int]
 def _ranked(
     request: RouteRequest,
     candidates: Sequence[EndpointSnapshot],
-    rows: Sequence[PredictionRow],
+    predictions: Sequence[Prediction],
     rng: random.Random,
     band_width: float,
     home: bool = False,
     comfort: float = 1.0,
 ) -> tuple[list[int], int, int]:
     """The candidates' indices in ranking order (each tier's keys sorted, the tiers in turn),
-    how many meet and how many are unproven. Compiled when built (policies/fast_paths.py:
-    `_tiers` and the sort in one call), else in Python."""
-    cached = request.cached_tokens
-    if COMPILED is not None and (not cached or type(cached) is dict):
-        args = compiled_args(request, candidates, rows, rng, band_width, home, comfort)
-        ranked: tuple[list[int], int, int] = COMPILED.ranked(*args)
-        return ranked
-    tiers = _tiers(request, candidates, rows, rng, band_width, home, comfort)
+    how many meet and how many are unproven."""
+    tiers = _tiers(request, candidates, predictions, rng, band_width, home, comfort)
     for keys in tiers:
         keys.sort()
     return [key[-1] for keys in tiers for key in keys], len(tiers[0]), len(tiers[1])
 
 
-def compiled_args(
-    request: RouteRequest,
-    candidates: Sequence[EndpointSnapshot],
-    rows: Sequence[PredictionRow],
-    rng: random.Random,
-    band_width: float,
-    home: bool,
-    comfort: float,
-) -> tuple[object, ...]:
-    """`_tiers`'s arguments as policies/_fast_tiers.c takes them (`tier_keys`, `ranked`)."""
-    slo = request.slo
-    return (
-        candidates,
-        rows,
-        (slo.ttft_s, slo.tpot_s, slo.deadline_s),
-        float(request.prompt_tokens),
-        request.cached_tokens or None,
-        rng.random,
-        band_width,
-        (request.session or "") if home else None,
-        rendezvous,
-        comfort,
-    )
-
-
 def _tiers(
     request: RouteRequest,
     candidates: Sequence[EndpointSnapshot],
-    rows: Sequence[PredictionRow],
+    predictions: Sequence[Prediction],
     rng: random.Random,
     band_width: float,
     home: bool = False,
     comfort: float = 1.0,
 ) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
-    """Each candidate's sort key, in its tier's list: plain tuples sort fastest, and tiers
-    sorted apart compare shorter keys. `headroom` (as 1 − the largest p95/target ratio),
-    `EndpointSnapshot.cost` and `utilisation` are inlined: this runs per candidate per request,
-    and tests/unit/test_fast_paths.py holds the inlined copies equal to them (and
-    policies/_fast_tiers.c's copy of this loop equal to it)."""
-    slo = request.slo
-    ttft_s, tpot_s, deadline_s = slo.ttft_s, slo.tpot_s, slo.deadline_s
-    # floats, as in `Estimator.predict_rows`: float·float is the interpreter's fast path
-    prompt_tokens = float(request.prompt_tokens)
-    output_tokens = float(rows[0][OUTPUT_TOKENS])  # the same for every candidate
-    tie = rng.random
-    cached_of = request.cached_tokens.get if request.cached_tokens else None
+    """Each candidate's sort key (see 3. above), in its tier's list."""
+    slo, prompt_tokens, cached_of = request.slo, request.prompt_tokens, request.cached_tokens.get
     tenth = 0.1 * prompt_tokens + 1.0  # the uncached prompt is ranked in tenths of it
     meets: list[MeetsKey] = []
     unproven: list[OtherKey] = []
     misses: list[OtherKey] = []
-    for snapshot, row, index in zip(candidates, rows, range(len(rows)), strict=True):
-        _, ttft_p95_s, _, tpot_p95_s, _, _, _, uncertainty = row
-        ratio = 0.0  # no target: every endpoint meets, with equal headroom
-        if ttft_s is not None:
-            ratio = ttft_p95_s / ttft_s
-        if tpot_s is not None and tpot_p95_s > ratio * tpot_s:
-            ratio = tpot_p95_s / tpot_s
-        if deadline_s is not None:
-            e2e_p95_s = ttft_p95_s + tpot_p95_s * output_tokens
-            if e2e_p95_s > ratio * deadline_s:
-                ratio = e2e_p95_s / deadline_s
-        if not ratio <= uncertainty * uncertainty:  # not even at the optimistic p95 (u ≥ 1)
-            misses.append((ratio, ttft_p95_s, tie(), index))
+    for index, (snapshot, prediction) in enumerate(zip(candidates, predictions, strict=True)):
+        worst = ratio(slo, prediction)
+        uncertainty = prediction.uncertainty
+        if not worst <= uncertainty * uncertainty:  # not even at the optimistic p95 (u ≥ 1)
+            misses.append((worst, prediction.ttft_p95_s, rng.random(), index))
             continue
-        # EndpointSnapshot.cost × 1e6, inlined (cached tokens at the cached input rate)
-        cached = cached_of(snapshot.endpoint_id, 0.0) if cached_of else 0.0
-        cost = (
-            (prompt_tokens - cached) * snapshot.input_price_per_1m
-            + cached * snapshot.cached_input_price_per_1m
-            + output_tokens * snapshot.output_price_per_1m
+        cached = cached_of(snapshot.endpoint_id, 0.0)
+        cost = snapshot.cost(prompt_tokens, prediction.output_tokens, cached)
+        if worst > 1.0:
+            unproven.append((utilisation(snapshot), cost, rng.random(), index))
+            continue
+        hosted = 0.0 if snapshot.kind == "vllm" else 1.0
+        # within a band of the SLO: the least uncached prompt (in tenths of it), then the least
+        # utilised; equal endpoints share load, a cache holder keeps its prefix
+        band = worst // band_width if band_width else worst
+        # a session's first turn: its rendezvous rank, the same endpoint on every replica
+        missed = (
+            rendezvous(request.session or "", snapshot.endpoint_id)
+            if home
+            else (prompt_tokens - cached) // tenth
         )
-        if ratio <= 1.0:
-            hosted = 0.0 if snapshot.kind == "vllm" else 1.0
-            # within a band of the SLO: the least uncached prompt (in tenths of it), then the
-            # least utilised; equal endpoints share load, a cache holder keeps its prefix
-            band = ratio // band_width if band_width else ratio
-            # a session's first turn: its rendezvous rank, the same endpoint on every replica
-            missed = (
-                rendezvous(request.session or "", snapshot.endpoint_id)
-                if home
-                else (prompt_tokens - cached) // tenth
-            )
-            limit = snapshot.max_concurrency  # `utilisation`, inlined
-            used = snapshot.in_flight / limit if limit else float(snapshot.in_flight)
-            tight = 1.0 if ratio > comfort else 0.0
-            meets.append((tight, cost, hosted, band, missed, used, ratio, tie(), index))
-        else:
-            unproven.append((utilisation(snapshot), cost, tie(), index))
+        tight = 1.0 if worst > comfort else 0.0
+        meets.append(
+            (tight, cost, hosted, band, missed, utilisation(snapshot), worst, rng.random(), index)
+        )
     return meets, unproven, misses
 
 

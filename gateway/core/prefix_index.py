@@ -35,9 +35,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from gateway.core.prefix_chain import PrefixChain
-from policies.fast_paths import load
-
-COMPILED = load("gateway.core._fast_prefix")
 
 KAPPA_MIN, KAPPA_MAX = 0.1, 1.0
 PRECISION_WEIGHT = 0.1  # of each new response in the precision EWMA
@@ -94,24 +91,7 @@ class PrefixIndex:
 
     def cached(self, chain: PrefixChain, prompt_tokens: int) -> dict[str, float]:
         """Tokens of a `prompt_tokens` prompt predicted cached, per endpoint holding at least
-        the chain's first block: its matched share of the prompt times its precision. Compiled
-        when built (gateway/core/_fast_prefix.c, policies/fast_paths.py), else `cached_python`."""
-        if COMPILED is None:
-            return self.cached_python(chain, prompt_tokens)
-        found: dict[str, float] = COMPILED.cached(
-            self.masks,
-            self._slots,
-            self._slots_of,
-            self._ids,
-            self._precision,
-            chain.hashes,
-            chain.ends,
-            prompt_tokens,
-        )
-        return found
-
-    def cached_python(self, chain: PrefixChain, prompt_tokens: int) -> dict[str, float]:
-        """`cached` in Python: the reference gateway/core/_fast_prefix.c follows."""
+        the chain's first block: its matched share of the prompt times its precision."""
         ids, precision, found = self._ids, self._precision, {}
         ends = chain.ends
         scale = prompt_tokens / ends[-1] if ends else 0.0

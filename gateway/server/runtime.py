@@ -29,7 +29,6 @@ from gateway.upstream.redaction import redactor_for
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import HealthChecker
 from gateway.watch.scraper import Scraper
-from policies import fast_paths
 from policies.registry import build as build_policy
 
 
@@ -163,9 +162,6 @@ class Runtime:
         if isinstance(self.store, ResilientStore):
             jobs.append(self.store.watch())
         self.tasks = [asyncio.create_task(job) for job in jobs]
-        pure = [name for name, compiled in fast_paths.built().items() if not compiled]
-        if pure:  # several times slower per decision: say so once (policies/fast_paths.py)
-            log.warning("routing loops run as pure Python: %s", ", ".join(pure))
 
     def apply(self, config: GatewayConfig) -> None:
         """Swap in the reloadable sections of a new config (see gateway/server/reload.py)."""

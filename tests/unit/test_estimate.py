@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
@@ -271,13 +270,3 @@ def test_new_statistics_for_an_endpoint_replace_what_was_worked_out_from_the_old
     assert cold.ttft_mean_s == pytest.approx(0.05 + 1e-4 * 1000)
     assert warm.ttft_mean_s == pytest.approx(0.1 + 0.001 * 1000)
     assert estimate.predict(request(), endpoint()) == cold
-
-
-def test_rows_without_tpot_keep_every_ttft_prediction() -> None:
-    snapshots = [endpoint(), endpoint(endpoint_id="e2", latency=WARM, engine=engine(waiting=3))]
-    full = ESTIMATE.predict_all(request(), snapshots)
-    rows = ESTIMATE.predict_rows(request(), snapshots, tpot=False)
-    for prediction, row in zip(full, rows, strict=True):
-        assert row[:2] == (prediction.ttft_mean_s, prediction.ttft_p95_s)
-        assert row[4:] == tuple(prediction)[4:]
-        assert math.isnan(row[2]) and math.isnan(row[3])

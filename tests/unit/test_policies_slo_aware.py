@@ -6,10 +6,12 @@ import random
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policies.base import EndpointSnapshot, EngineSignals, LatencyEstimate, RouteRequest, SloTarget
 from policies.estimate import EndpointPrior, EstimateParams, Prediction
-from policies.slo_aware import Params, SloAware, headroom
+from policies.slo_aware import Params, SloAware, binding, headroom
 
 INTERACTIVE = SloTarget("interactive", ttft_s=0.5, priority=10)
 STREAMING = SloTarget("streaming", ttft_s=1.0, tpot_s=0.05)
@@ -338,3 +340,32 @@ def test_a_burst_on_cold_engines_goes_to_the_idle_one_then_spills_to_a_measured_
     both = [busy, idle._replace(prefill_tokens=4000), hosted]
     ranking = SloAware(NO_EXPLORE).rank(request, both, random.Random(0))
     assert (ranking.endpoints[0].endpoint_id, ranking.reason) == ("hosted", "slo_met")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.none() | st.floats(0.05, 5.0),
+    st.none() | st.sampled_from([0.0, 0.02, 0.1]),
+    st.none() | st.sampled_from([0.0, 3.0, 30.0]),
+    st.floats(0.0, 10.0),
+    st.floats(0.0, 0.2),
+)
+def test_binding_short_cut_equals_the_largest_ratio(
+    ttft_s: float | None,
+    tpot_s: float | None,
+    deadline_s: float | None,
+    ttft_p95_s: float,
+    tpot_p95_s: float,
+) -> None:
+    """`binding` skips the ratios when only a TTFT target is set: the same as taking the
+    largest p95/target ratio over the targets the class sets."""
+    slo = SloTarget("c", ttft_s=ttft_s, tpot_s=tpot_s, deadline_s=deadline_s)
+    prediction = Prediction(0.0, ttft_p95_s, 0.0, tpot_p95_s, 100, 0.0, False)
+    judged = (
+        ("ttft", prediction.ttft_p95_s, ttft_s),
+        ("tpot", prediction.tpot_p95_s, tpot_s),
+        ("deadline", prediction.e2e_p95_s, deadline_s),
+    )
+    ratios = [(p95 / target, name, p95, target) for name, p95, target in judged if target]
+    expected = max(ratios)[1:] if ratios else ("", None, None)
+    assert binding(slo, prediction) == expected

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from gateway.core.prefix_chain import BLOCK_CHARS, chain_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.core.prefix_chain import BLOCK_CHARS, PrefixChain, chain_of
 from gateway.core.prefix_index import IndexParams, PrefixIndex
 from gateway.core.prefix_lookup import answered, routed, with_cached
 from policies.base import EngineSignals, RouteRequest, SloTarget
@@ -172,3 +175,46 @@ def test_an_empty_prompt_has_an_empty_chain_and_nothing_cached() -> None:
         chain = chain_of(empty)
         assert chain.hashes == ()
         assert with_cached(request(0), index, chain).cached_tokens == {}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 40), st.integers(1, 12), st.integers(0, 3)), max_size=60),
+    st.integers(1, 12),
+    st.integers(1, 20_000),
+)
+def test_prefix_lookup_by_kept_slots_equals_the_bit_loop(
+    routes: list[tuple[int, int, int]], depth: int, prompt_tokens: int
+) -> None:
+    """`PrefixIndex.cached` and `match` read each mask's slots from a memo: the same endpoints,
+    tokens and order as walking the mask's bits, on a cold memo and a warm one."""
+    chains = [PrefixChain(tuple(range(b, b + 12)), tuple(range(100, 1300, 100))) for b in (0, 5)]
+    index = PrefixIndex()
+    for endpoint, routed_depth, which in routes:
+        chain = chains[which % 2]
+        index.routed(f"e{endpoint}", chain._replace(hashes=chain.hashes[:routed_depth]), 0, 0.0)
+    for holder in index.holders.values():  # precisions other than 1
+        index._precision[holder.slot] = holder.slot / 40
+    chain = chains[0]._replace(hashes=chains[0].hashes[:depth], ends=chains[0].ends[:depth])
+    for _ in range(2):
+        cached, depths = index.cached(chain, prompt_tokens), index.match(chain)
+        plain_cached, plain_depths = _bit_loop(index, chain, prompt_tokens)
+        assert list(cached.items()) == list(plain_cached.items())
+        assert list(depths.items()) == list(plain_depths.items())
+
+
+def _bit_loop(
+    index: PrefixIndex, chain: PrefixChain, prompt_tokens: int
+) -> tuple[dict[str, float], dict[str, int]]:
+    """`PrefixIndex.cached` and `match` as they were: each mask's bits walked lowest first."""
+    ids, precision, cached, depths = index._ids, index._precision, {}, {}
+    scale = prompt_tokens / chain.ends[-1]
+    for bits, depth in index._walk(chain.hashes):
+        tokens = chain.ends[depth - 1] * scale
+        while bits:
+            low = bits & -bits
+            slot = low.bit_length() - 1
+            cached[ids[slot]] = precision[slot] * tokens
+            depths[ids[slot]] = depth
+            bits ^= low
+    return cached, depths
