@@ -9,7 +9,7 @@ Role-only deltas, usage-only chunks and comments do not count as tokens. Respons
 events are read as chat chunks (`gateway/bench/api_events.py`): their text deltas, their usage,
 their end event (no `[DONE]`). Lines are read as
 they arrive (`iter_content(chunk_size=None)` on a requests response: no client-side buffering;
-see /work/shared/reference/load-testing.md §3-4 for why Locust's own timing cannot be used).
+docs/loadtesting.md says why Locust's own timing cannot be used).
 """
 
 from __future__ import annotations

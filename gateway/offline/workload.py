@@ -2,8 +2,8 @@
 
 Lengths
     Inverse-CDF tables of prompt and output tokens from public traces (Azure LLM inference 2023
-    code and conversation, Mooncake conversation; quantiles p1..p99 plus the maximum, from
-    /work/shared/reference/load-testing.md §6). A draw takes u ~ U(0, 1) and interpolates
+    code and conversation, Mooncake conversation; quantiles p1..p99 plus the maximum, read off
+    the published trace files). A draw takes u ~ U(0, 1) and interpolates
     linearly between the table's points (p0 = 1 token), then multiplies by `scale` and clips
     to [min_tokens, max_tokens]. `scale` lets a scenario keep a trace's shape while shrinking it
     to what a small simulated fleet serves in seconds.

@@ -26,7 +26,7 @@ Each `step()` follows the vLLM V1 scheduler, simplified:
                                                         + prefill_quadratic * n * (n + 2p))
    times `slowdown`. Every sequence whose context is complete after the step emits one token.
 
-Defaults follow the small CPU vLLM 0.32 reference in /work/shared/reference/serving-numbers.md
+Defaults follow vLLM 0.32 as measured on a small CPU host
 (TTFT 35 / 274 ms at 100 / 1000 prompt tokens, TPOT 10-16 ms at concurrency 1-8), so tests run
 at realistic shapes and speeds: an unloaded 100-token prompt gets its first token in ~40 ms, and
 decoding takes ~15 ms per token at batch 1, ~19 ms at 8 and ~32 ms at 32.
