@@ -190,38 +190,49 @@ class Runtime:
         return not isinstance(self.store, ResilientStore) or self.store.up
 
     async def close(self) -> None:
+        """Within `SHUTDOWN_S` whatever a job, a write or a peer does, once streams are drained:
+        a workers supervisor waits `KILL_GRACE_S` past the drain and a test server 10 s, and
+        these steps' budgets once added up to 20 s."""
         await stop_tasks(self.tasks)
-        await self.background.drain()
-        await closed("upstream connections", self.upstream.aclose())
-        await closed("state store", self.store.close())
+        await self.background.drain(timeout_s=DRAIN_S)
+        await asyncio.gather(
+            closed("upstream connections", self.upstream.aclose()),
+            closed("state store", self.store.close()),
+        )
 
 
-STOP_ROUNDS = 5
-STOP_ROUND_S = 1.0
-CLOSE_TIMEOUT_S = 5.0
+# Shutdown's budgets: stopping the jobs, draining their writes, closing connections (together).
+STOP_ROUNDS = 4
+STOP_ROUND_S = 0.5
+DRAIN_S = 1.0
+CLOSE_TIMEOUT_S = 1.5  # the store's last write batch is bounded by redis_timeout_s (0.25 s)
+SHUTDOWN_S = STOP_ROUNDS * STOP_ROUND_S + DRAIN_S + CLOSE_TIMEOUT_S  # 4.5 s at most
 
 
 async def closed(
     what: str, closing: Coroutine[Any, Any, None], timeout_s: float = CLOSE_TIMEOUT_S
 ) -> None:
     """Await a close for at most `timeout_s`, then log and go on: a connection stuck on a dead
-    peer must not keep the process from exiting (the supervisor of `serve --workers` waits
-    for it)."""
-    try:
-        await asyncio.wait_for(closing, timeout_s)
-    except TimeoutError:
-        log.error("shutdown: closing the %s took over %.0f s; left unfinished", what, timeout_s)
+    peer must not keep the process from exiting. The close is then cancelled but not waited
+    for: `asyncio.wait_for` waits for a cancelled close to end, forever if the close ignores
+    its cancellation (a client library's cleanup that catches it)."""
+    task = asyncio.ensure_future(closing)
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if task in done:
+        task.result()  # its failure, if any, is the caller's
+        return
+    task.cancel()
+    log.error("shutdown: closing the %s took over %.0f s; left unfinished", what, timeout_s)
 
 
 async def stop_tasks(
     tasks: list[asyncio.Task[None]], rounds: int = STOP_ROUNDS, round_s: float = STOP_ROUND_S
 ) -> None:
     """Cancel the tasks and wait for them, cancelling again those still running after each
-    `round_s`: a cancellation can be swallowed (redis-py does not always let one through a
-    pipeline, gateway/state/writebehind.py), and a job that loops on after it would hang
-    shutdown (workers were seen stuck at "Waiting for application shutdown"; this cause is
-    suspected, not confirmed). A task still running after `rounds` is logged by name and
-    left behind, so shutdown goes on."""
+    `round_s`: a job cancelled inside a Redis call can outlive its first cancellation (seen
+    under load: the shared view's refresh and the health checks, each still running a second
+    later), and one that loops on would hold shutdown. A task still running after `rounds` is
+    logged by name and left behind, so shutdown goes on."""
     pending = {task for task in tasks if not task.done()}
     for _ in range(rounds):
         if not pending:

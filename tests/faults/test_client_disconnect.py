@@ -57,9 +57,6 @@ def all_clear(gateway_url: str, engine_url: str, redis_url: str, prefix: str) ->
     )
 
 
-# A fresh-clone CI dry run saw every assertion pass and then the gateway's uvicorn not stop
-# within 10 s (once in three runs; never alone): rerun like the other timing tests, and noted.
-@pytest.mark.flaky(reruns=2)
 def test_client_leaving_mid_stream_or_before_the_first_byte_frees_everything(
     redis_url: str, key_prefix: str
 ) -> None:

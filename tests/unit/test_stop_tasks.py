@@ -8,7 +8,9 @@ import gc
 
 import pytest
 
-from gateway.server.runtime import closed, stop_tasks
+from gateway.server.runtime import SHUTDOWN_S, closed, stop_tasks
+from gateway.server.workers import KILL_GRACE_S
+from tests.fixtures.servers import STOP_TIMEOUT_S
 
 
 async def _stubborn(swallow: int, stopped: list[str]) -> None:
@@ -84,3 +86,29 @@ async def test_a_close_that_returns_is_awaited_to_its_end(
 
     await closed("upstream connections", quick_close(), timeout_s=1.0)
     assert done == ["closed"] and "took over" not in caplog.text
+
+
+async def test_a_close_that_ignores_its_cancellation_is_left_behind_in_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`asyncio.wait_for` would wait for the cancelled close to end, here forever."""
+    release = asyncio.Event()
+
+    async def stubborn_close() -> None:
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                continue  # a cleanup that catches its cancellation and waits on
+
+    await asyncio.wait_for(closed("state store", stubborn_close(), timeout_s=0.05), timeout=2)
+    assert "closing the state store took over" in caplog.text
+    release.set()  # so the test's loop can close
+
+
+def test_the_whole_shutdown_fits_in_what_a_supervisor_waits() -> None:
+    """The lifespan's close, once streams are drained: within what the workers supervisor
+    waits past the drain, and (after the test servers' 2 s of grace for open connections)
+    within the 10 s that the test servers wait for a stop."""
+    assert SHUTDOWN_S < KILL_GRACE_S
+    assert 2.0 + SHUTDOWN_S < STOP_TIMEOUT_S
