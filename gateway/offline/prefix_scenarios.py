@@ -63,6 +63,8 @@ class PrefixScenario(Scenario):
     sessions: list[Sessions] = Field(min_length=1)
 
     def plan(self, seed: int | None = None) -> list[PlannedRequest]:
+        if self.trace is not None:
+            return super().plan(seed)  # the trace replaces all planned traffic
         base = self.seed if seed is None else seed
         planned = list(super().plan(seed))
         for index, spec in enumerate(self.sessions):

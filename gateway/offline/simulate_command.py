@@ -22,14 +22,27 @@ from gateway.offline.runs import (
     PolicyChoice,
     Run,
     defined_policies,
-    for_trace,
     policy_choices,
     publish,
     simulate,
 )
 from gateway.offline.scenario import Scenario
 from gateway.offline.scenarios import SCENARIOS
-from gateway.offline.trace import PlannedRequest, TraceError, read_trace
+from gateway.offline.trace import PlannedRequest
+from gateway.offline.trace_options import (
+    ClassOpt,
+    ColumnOpt,
+    DurationOpt,
+    MaxPromptOpt,
+    RequestsOpt,
+    SpeedupOpt,
+    StartOpt,
+    TenantOpt,
+    TokenScaleOpt,
+    TraceChoice,
+    TraceOpt,
+    replayed,
+)
 from gateway.telemetry.metrics import log
 
 PLOT_EXTRA = "slo-gateway[plot]"
@@ -110,24 +123,36 @@ def simulate_command(
     scenario: ScenarioArg = "chat",
     policy: PolicyOpt = DEFAULT_POLICY,
     policy_file: PolicyFileOpt = None,
-    trace: Annotated[
-        Path | None,
-        typer.Option(help="Replay this JSONL/CSV trace on the scenario's fleet and classes."),
-    ] = None,
-    tenant: Annotated[str, typer.Option(help="Tenant of trace rows without one.")] = "default",
-    slo_class: Annotated[
-        str, typer.Option("--slo-class", help="Class of trace rows without one.")
-    ] = "interactive",
-    requests: Annotated[int | None, typer.Option(help="Replay only the first N requests.")] = None,
+    trace: TraceOpt = None,
+    tenant: TenantOpt = "default",
+    slo_class: ClassOpt = "interactive",
+    requests: RequestsOpt = None,
+    start_s: StartOpt = 0.0,
+    duration_s: DurationOpt = None,
+    speedup: SpeedupOpt = 1.0,
+    token_scale: TokenScaleOpt = 1.0,
+    max_prompt_tokens: MaxPromptOpt = None,
+    class_column: ColumnOpt = None,
+    tenant_column: ColumnOpt = None,
     out: OutOpt = None,
     seed: SeedOpt = None,
     chart: ChartOpt = True,
 ) -> None:
     """Replay a scenario or a trace through the gateway's routing and admission, offline."""
-    spec = _scenario(scenario)
-    plan = _plan(spec, trace, tenant, slo_class, seed)[:requests]
-    if trace is not None:
-        spec = for_trace(spec, plan)
+    traced = TraceChoice(
+        trace,
+        tenant,
+        slo_class,
+        requests,
+        start_s,
+        duration_s,
+        speedup,
+        token_scale,
+        max_prompt_tokens,
+        class_column,
+        tenant_column,
+    )
+    spec, plan = replayed(_scenario(scenario), traced, seed)
     runs = _simulate_each(spec, plan, _policies(policy, policy_file), seed or 0)
     _finish(runs, out or Path("results") / f"simulate-{spec.name}", chart)
 
@@ -157,17 +182,6 @@ def _simulate_one(
     return run
 
 
-def _plan(
-    spec: Scenario, trace: Path | None, tenant: str, slo_class: str, seed: int | None
-) -> list[PlannedRequest]:
-    if trace is None:
-        return spec.plan(seed)
-    try:
-        return read_trace(trace, default_tenant=tenant, default_class=slo_class)
-    except (OSError, TraceError) as exc:
-        raise typer.BadParameter(str(exc), param_hint="--trace") from None
-
-
 def loadtest_command(
     scenario: ScenarioArg,
     policy: PolicyOpt = DEFAULT_POLICY,
@@ -180,6 +194,17 @@ def loadtest_command(
         list[str] | None,
         typer.Option("--api-key", help="TENANT=KEY for an external gateway (repeatable)."),
     ] = None,
+    trace: TraceOpt = None,
+    tenant: TenantOpt = "default",
+    slo_class: ClassOpt = "interactive",
+    requests: RequestsOpt = None,
+    start_s: StartOpt = 0.0,
+    duration_s: DurationOpt = None,
+    speedup: SpeedupOpt = 1.0,
+    token_scale: TokenScaleOpt = 1.0,
+    max_prompt_tokens: MaxPromptOpt = None,
+    class_column: ColumnOpt = None,
+    tenant_column: ColumnOpt = None,
     out: OutOpt = None,
     seed: SeedOpt = None,
     chart: ChartOpt = True,
@@ -199,7 +224,20 @@ def loadtest_command(
             f"the load test needs the loadtests/ package (a source checkout): {exc}", err=True
         )
         raise typer.Exit(2) from None
-    spec = _scenario(scenario)
+    traced = TraceChoice(
+        trace,
+        tenant,
+        slo_class,
+        requests,
+        start_s,
+        duration_s,
+        speedup,
+        token_scale,
+        max_prompt_tokens,
+        class_column,
+        tenant_column,
+    )
+    spec, _ = replayed(_scenario(scenario), traced, seed)
     choices = _policies(policy, policy_file)
     if url is not None and (len(choices) > 1 or policy_file is not None):
         raise typer.BadParameter("an external gateway runs its own policy", param_hint="--policy")
