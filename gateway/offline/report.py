@@ -65,6 +65,7 @@ class GroupStats:
     goodput_rps: float = 0.0
     goodput_share: float = 0.0
     cost: float = 0.0
+    cached_share: float = 0.0  # 0..1: prompt tokens of served requests found in a cache
     ttft_p50_s: float | None = None
     ttft_p95_s: float | None = None
     ttft_p99_s: float | None = None
@@ -143,6 +144,8 @@ def summarize(scenario: Scenario, records: Sequence[LoadRecord], facts: RunFacts
         "lateness_p99_s": percentile([r.lateness_s for r in records], 99),
         "preemptions": facts.preemptions,
         "recovery_s": _recovery(timeline, scenario),
+        # what a trace's block reuse allows any policy at most, beside `cached_share`
+        "cache_bound": scenario.trace.cache_bound() if scenario.trace is not None else None,
     }
     summary = Summary(
         scenario.name, facts.policy, facts.driver, scenario.duration_s, groups, run, timeline
@@ -203,6 +206,7 @@ def _group(
         goodput_rps=met / duration_s,
         goodput_share=_ratio(met, total_good),
         cost=sum(_cost(r, prices) for r in ok),
+        cached_share=_ratio(sum(r.cached_tokens for r in ok), sum(r.prompt_tokens for r in ok)),
         ttft_p50_s=percentile(ttft, 50),
         ttft_p95_s=percentile(ttft, 95),
         ttft_p99_s=percentile(ttft, 99),

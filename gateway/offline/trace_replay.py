@@ -63,12 +63,34 @@ class TraceSpec(BaseModel):
 
     def plan(self, model: str) -> list[PlannedRequest]:
         """The window's requests as both drivers send them (TraceError: an empty window)."""
+        return [self._request(row, model) for row in self._rows()]
+
+    def cache_bound(self) -> float:
+        """The share of prompt tokens an unbounded cache could have served: each request's
+        leading blocks whose whole prefix an earlier request sent, over all prompt tokens (an
+        offline upper bound for `cached_share`; 0 without block ids)."""
+        seen: set[tuple[int, ...]] = set()
+        cached = total = 0
+        for row in self._rows():
+            prompt_tokens = self._prompt_tokens(row)
+            ids = row.hash_ids
+            run = 0
+            while run < len(ids) and ids[: run + 1] in seen:
+                run += 1
+            cached += min(prompt_tokens, run * _scaled(row.block_tokens, self.token_scale))
+            total += prompt_tokens
+            seen.update(ids[:n] for n in range(1, len(ids) + 1))
+        return cached / total if total else 0.0
+
+    def _rows(self) -> list[TraceRow]:
         columns = Columns(
             self.default_tenant, self.default_class, self.tenant_column, self.class_column
         )
-        rows = read_rows(self.path, columns)
-        window = self._window(rows)[: self.requests]
-        return [self._request(row, model) for row in window]
+        return self._window(read_rows(self.path, columns))[: self.requests]
+
+    def _prompt_tokens(self, row: TraceRow) -> int:
+        tokens = _scaled(row.prompt_tokens, self.token_scale)
+        return tokens if self.max_prompt_tokens is None else min(tokens, self.max_prompt_tokens)
 
     def _window(self, rows: list[TraceRow]) -> list[TraceRow]:
         end_s = self.start_s + self.duration_s if self.duration_s is not None else float("inf")
@@ -83,9 +105,7 @@ class TraceSpec(BaseModel):
 
     def _request(self, row: TraceRow, model: str) -> PlannedRequest:
         arrival_s = (row.arrival_s - self.start_s) / self.speedup
-        prompt_tokens = _scaled(row.prompt_tokens, self.token_scale)
-        if self.max_prompt_tokens is not None:
-            prompt_tokens = min(prompt_tokens, self.max_prompt_tokens)
+        prompt_tokens = self._prompt_tokens(row)
         output_tokens = _scaled(row.output_tokens, self.token_scale)
         slo_class = self._class(row, prompt_tokens)
         if not row.hash_ids:

@@ -191,3 +191,37 @@ def _common_run(a: tuple[int, ...], b: tuple[int, ...]) -> int:
             break
         count += 1
     return count
+
+
+def test_the_cache_bound_counts_blocks_whose_prefix_was_sent_before(tmp_path: Path) -> None:
+    trace = tmp_path / "reuse.jsonl"
+    rows = [
+        {"timestamp": 0, "input_length": 1300, "output_length": 5, "hash_ids": [1, 2, 3]},
+        {"timestamp": 10, "input_length": 1300, "output_length": 5, "hash_ids": [1, 2, 4]},
+        {"timestamp": 20, "input_length": 1300, "output_length": 5, "hash_ids": [9, 2, 3]},
+    ]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # only the second request's two leading blocks were sent before as a prefix
+    assert TraceSpec(path=trace).cache_bound() == pytest.approx(1024 / 3900)
+    assert TraceSpec(path=trace, token_scale=0.5).cache_bound() == pytest.approx(512 / 1950)
+
+
+def test_a_policy_comparison_sets_the_cached_share_against_the_bound(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        _app(),
+        [
+            "simulate",
+            "chat",
+            "--trace",
+            str(SAMPLES / "mooncake.jsonl"),
+            "--policy",
+            "least_loaded,prefix_only",
+            "--no-chart",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    bound = TraceSpec(path=SAMPLES / "mooncake.jsonl").cache_bound()
+    assert f"allows a cached share of {bound * 100:.1f}% at most" in result.output
+    rows = json.loads((tmp_path / "comparison.json").read_text())
+    assert all(0 < row["cached_share"] <= bound for row in rows)
