@@ -62,7 +62,23 @@ def markdown(summary: Summary) -> str:
     lines += ["", "## Why requests were not served", ""]
     reasons = summary.groups[ALL].reasons if ALL in summary.groups else {}
     lines += [f"- {reason or '(none)'}: {count}" for reason, count in sorted(reasons.items())]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _over_time(summary)) + "\n"
+
+
+def _over_time(summary: Summary) -> list[str]:
+    """Per window: offered and served requests, attainment per class, cost."""
+    classes = sorted({name for w in summary.timeline for name in w.attainment})
+    header = "| from s | offered | served | " + " | ".join(classes) + " | cost $ |"
+    lines = ["", "## Over time", "", header, "|" + "---|" * (len(classes) + 4)]
+    for w in summary.timeline:
+        shares = [_attained(w.attainment.get(name)) for name in classes]
+        row = [f"{w.start_s:g}", str(w.arrivals), str(w.served), *shares, f"{w.cost:.4f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _attained(value: float | None) -> str:
+    return "-" if value is None else _pct(value)
 
 
 def _ordered(groups: dict[str, GroupStats]) -> list[tuple[str, GroupStats]]:

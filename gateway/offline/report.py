@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gateway.bench.percentile import percentile
@@ -86,6 +86,8 @@ class Window:
     ttft_p95_s: float | None
     ttft_p99_s: float | None
     attainment: dict[str, float | None]  # by class (None: no arrivals of it)
+    served: int = 0  # requests answered whole in this window (offered: `arrivals`)
+    cost: float = 0.0  # of the requests arriving in this window and served
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,8 +245,19 @@ def _timeline(
     for r in records:
         buckets[min(count - 1, int(r.arrival_s / window_s))].append(r)
     busy = _busy_seconds(records, count, window_s)
+    served = [0] * count
+    for r in records:
+        if r.outcome == "ok":
+            served[min(count - 1, int((r.start_s + (r.e2e_s or 0.0)) / window_s))] += 1
+    prices = scenario.prices()
     return [
-        _window(index * window_s, members, good, list(scenario.classes), busy[index] / window_s)
+        replace(
+            _window(
+                index * window_s, members, good, list(scenario.classes), busy[index] / window_s
+            ),
+            served=served[index],
+            cost=sum(_cost(r, prices) for r in members if r.outcome == "ok"),
+        )
         for index, members in enumerate(buckets)
     ]
 

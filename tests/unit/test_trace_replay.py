@@ -10,6 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from gateway.offline.runs import for_trace, simulate
+from gateway.offline.scenarios import SCENARIOS
 from gateway.offline.simulate_command import register
 from gateway.offline.trace import Columns, PromptedRequest, TraceError, TraceRow, read_rows
 from gateway.offline.trace_replay import PromptBand, TraceSpec, block_text
@@ -225,3 +227,17 @@ def test_a_policy_comparison_sets_the_cached_share_against_the_bound(tmp_path: P
     assert f"allows a cached share of {bound * 100:.1f}% at most" in result.output
     rows = json.loads((tmp_path / "comparison.json").read_text())
     assert all(0 < row["cached_share"] <= bound for row in rows)
+
+
+def test_a_long_trace_reports_offered_served_and_cost_per_minute(tmp_path: Path) -> None:
+    trace = tmp_path / "long.jsonl"
+    rows = [{"arrival_s": 10.0 * i, "prompt_tokens": 200, "output_tokens": 20} for i in range(40)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = SCENARIOS["chat"]().model_copy(update={"trace": TraceSpec(path=trace)})
+    scenario = for_trace(base, base.plan())
+    run, _ = simulate(scenario, scenario.plan(), "least_loaded")
+    timeline = run.summary.timeline
+    assert scenario.window_s == 60 and [w.start_s for w in timeline][:3] == [0, 60, 120]
+    assert [w.arrivals for w in timeline] == [6, 6, 6, 6, 6, 6, 4]
+    assert sum(w.served for w in timeline) == run.summary.groups["all"].ok == 40
+    assert sum(w.cost for w in timeline) == pytest.approx(run.summary.groups["all"].cost)
