@@ -86,9 +86,14 @@ def _scenario(name: str) -> Scenario:
     if path.suffix not in (".yaml", ".yml", ".json") or not path.is_file():
         raise typer.BadParameter(f"unknown scenario; choose from {', '.join(SCENARIOS)} or a file")
     try:
-        return Scenario.model_validate(yaml.safe_load(path.read_text()))
+        spec = Scenario.model_validate(yaml.safe_load(path.read_text()))
     except (yaml.YAMLError, ValidationError) as exc:
         raise typer.BadParameter(f"{path}: {exc}") from None
+    if spec.trace is None or spec.trace.path.is_absolute():
+        return spec
+    # a trace named in a scenario file lies beside it, wherever the command runs
+    trace = spec.trace.model_copy(update={"path": path.parent / spec.trace.path})
+    return spec.model_copy(update={"trace": trace})
 
 
 def _policies(text: str, policy_file: Path | None) -> list[PolicyChoice]:

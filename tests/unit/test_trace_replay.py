@@ -172,6 +172,14 @@ def test_a_scenario_file_may_hold_the_trace(tmp_path: Path) -> None:
     assert f"simulated {len(inside)} requests" in result.output, result.output
 
 
+def test_a_scenario_files_trace_lies_beside_it(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        _app(), ["simulate", str(SAMPLES / "sample.yaml"), "--no-chart", "--out", str(tmp_path)]
+    )
+    assert "simulated 66 requests" in result.output, result.output
+    assert "# trace_sample: PASS" in result.output
+
+
 def _app() -> typer.Typer:
     cli = typer.Typer()
     register(cli)
