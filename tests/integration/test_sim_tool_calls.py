@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import anthropic
 import openai
@@ -22,10 +23,14 @@ KEY = "sk-test"
 MODEL = "sim-model"
 TOKENS = 5
 ANSWER = {"text": "The quick brown fox jumps"}  # the first 5 output tokens
-WEATHER = {"name": "get_weather", "description": "The weather", "parameters": {"type": "object"}}
-CHAT_TOOL = {"type": "function", "function": WEATHER}
-RESPONSES_TOOL = {"type": "function", **WEATHER}
-MESSAGES_TOOL = {"name": "get_weather", "input_schema": {"type": "object"}}
+WEATHER: dict[str, Any] = {
+    "name": "get_weather",
+    "description": "The weather",
+    "parameters": {"type": "object"},
+}
+CHAT_TOOL: Any = {"type": "function", "function": WEATHER}
+RESPONSES_TOOL: dict[str, Any] = {"type": "function", **WEATHER}
+MESSAGES_TOOL: dict[str, Any] = {"name": "get_weather", "input_schema": {"type": "object"}}
 
 
 def _apps() -> dict[str, Starlette]:
@@ -46,15 +51,15 @@ def base_url(request: pytest.FixtureRequest) -> Iterator[str]:
 )
 def test_chat_answers_a_forced_tool_with_tool_calls(base_url: str, choice: object) -> None:
     client = openai.OpenAI(base_url=base_url + "/v1", api_key=KEY, max_retries=0)
-    ask = {"model": MODEL, "messages": [{"role": "user", "content": "weather?"}]}
+    ask: dict[str, Any] = {"model": MODEL, "messages": [{"role": "user", "content": "weather?"}]}
     ask |= {"tools": [CHAT_TOOL], "tool_choice": choice, "max_tokens": TOKENS}
-    whole = client.chat.completions.create(**ask)  # type: ignore[call-overload]
+    whole = client.chat.completions.create(**ask)
     assert whole.choices[0].finish_reason == "tool_calls"
     call = whole.choices[0].message.tool_calls[0]
     assert call.type == "function" and call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == ANSWER
     pieces, finish, names = [], None, set()
-    for chunk in client.chat.completions.create(stream=True, **ask):  # type: ignore[call-overload]
+    for chunk in client.chat.completions.create(stream=True, **ask):
         delta = chunk.choices[0].delta
         for part in delta.tool_calls or []:
             assert part.index == 0
@@ -71,7 +76,7 @@ def test_chat_without_a_forced_tool_answers_text(base_url: str) -> None:
     answer = client.chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": "weather?"}],
-        tools=[CHAT_TOOL],  # type: ignore[list-item]
+        tools=[CHAT_TOOL],
         tool_choice="auto",
         max_tokens=TOKENS,
     )
@@ -84,12 +89,17 @@ def test_responses_answers_a_forced_tool_with_a_function_call(
     base_url: str, choice: object
 ) -> None:
     client = openai.OpenAI(base_url=base_url + "/v1", api_key=KEY, max_retries=0)
-    ask = {"model": MODEL, "input": "weather?", "tools": [RESPONSES_TOOL], "tool_choice": choice}
-    whole = client.responses.create(**ask)  # type: ignore[call-overload]
+    ask: dict[str, Any] = {
+        "model": MODEL,
+        "input": "weather?",
+        "tools": [RESPONSES_TOOL],
+        "tool_choice": choice,
+    }
+    whole = client.responses.create(**ask)
     (item,) = whole.output
     assert item.type == "function_call" and item.name == "get_weather"
     assert json.loads(item.arguments) == {"text": output_text(whole.usage.output_tokens)}
-    events = list(client.responses.create(stream=True, **ask))  # type: ignore[call-overload]
+    events = list(client.responses.create(stream=True, **ask))
     deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
     (done,) = [e for e in events if e.type == "response.output_item.done"]
     assert done.item.type == "function_call" and done.item.arguments == "".join(deltas)
@@ -99,13 +109,18 @@ def test_responses_answers_a_forced_tool_with_a_function_call(
 @pytest.mark.parametrize("choice", [{"type": "tool", "name": "get_weather"}, {"type": "any"}])
 def test_messages_answers_a_forced_tool_with_tool_use(base_url: str, choice: object) -> None:
     client = anthropic.Anthropic(base_url=base_url, api_key=KEY, max_retries=0)
-    ask = {"model": MODEL, "max_tokens": TOKENS, "tools": [MESSAGES_TOOL], "tool_choice": choice}
+    ask: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": TOKENS,
+        "tools": [MESSAGES_TOOL],
+        "tool_choice": choice,
+    }
     ask |= {"messages": [{"role": "user", "content": "weather?"}]}
-    whole = client.messages.create(**ask)  # type: ignore[call-overload]
+    whole = client.messages.create(**ask)
     assert whole.stop_reason == "tool_use"
     (block,) = whole.content
     assert block.type == "tool_use" and block.name == "get_weather" and block.input == ANSWER
-    with client.messages.stream(**ask) as stream:  # type: ignore[arg-type]
+    with client.messages.stream(**ask) as stream:
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use"
     (streamed,) = final.content
