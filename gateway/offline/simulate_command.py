@@ -243,6 +243,8 @@ def loadtest_command(
         tenant_column,
     )
     spec, _ = replayed(_scenario(scenario), traced, seed)
+    if requests is not None and spec.trace is None:
+        raise typer.BadParameter("live, only a trace is cut to N requests", param_hint="--requests")
     choices = _policies(policy, policy_file)
     if url is not None and (len(choices) > 1 or policy_file is not None):
         raise typer.BadParameter("an external gateway runs its own policy", param_hint="--policy")
