@@ -22,7 +22,6 @@ mixes in.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field
@@ -36,25 +35,12 @@ from gateway.offline.scenario import (
     Traffic,
     _Strict,
 )
-from gateway.offline.trace import PlannedRequest
+from gateway.offline.trace import PlannedRequest, PromptedRequest
 from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.engine import EngineServerParams
 from gateway.sim.fleet import MemberPrice
 from gateway.sim.provider import ProviderParams
 from gateway.sim.wire import estimate_prompt_tokens, output_text, prompt_text
-
-
-@dataclass(frozen=True, slots=True)
-class PromptedRequest(PlannedRequest):
-    """A planned request with its chat body (what the gateway hashes) and its rendered prompt
-    (what the engine hashes, `gateway.sim.wire.prompt_text`)."""
-
-    body: dict[str, Any] | None = None
-    text: str | None = None
-    # both drivers send turn k `think_s` after turn k-1 ends (closed loop per session)
-    session: str | None = None
-    turn: int = 0
-    think_s: float = 0.0
 
 
 class Sessions(_Strict):
@@ -77,6 +63,8 @@ class PrefixScenario(Scenario):
     sessions: list[Sessions] = Field(min_length=1)
 
     def plan(self, seed: int | None = None) -> list[PlannedRequest]:
+        if self.trace is not None:
+            return super().plan(seed)  # the trace replaces all planned traffic
         base = self.seed if seed is None else seed
         planned = list(super().plan(seed))
         for index, spec in enumerate(self.sessions):

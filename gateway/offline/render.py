@@ -15,11 +15,11 @@ from gateway.offline.report import ALL, GroupStats, Summary
 
 _GROUP_HEADER = (
     "| group | n | ok | shed | err | TTFT p50/p95/p99 ms | TPOT p50/p95/p99 ms | attainment "
-    "| goodput req/s | cost $ |"
+    "| goodput req/s | cost $ | cached |"
 )
 _COMPARE_HEADER = (
     "| policy | class | n | attainment | goodput req/s | shed | err | TTFT p95 ms | TTFT p99 ms "
-    "| TPOT p95 ms | cost $ | checks |"
+    "| TPOT p95 ms | cost $ | cached | checks |"
 )
 
 
@@ -37,7 +37,7 @@ def _group_row(name: str, g: GroupStats) -> str:
     return (
         f"| {name} | {g.count} | {_pct(g.success_rate)} | {_pct(g.shed_rate)} | "
         f"{_pct(g.error_rate)} | {ttft} | {tpot} | {_pct(g.attainment)} | "
-        f"{g.goodput_rps:.2f} | {g.cost:.4f} |"
+        f"{g.goodput_rps:.2f} | {g.cost:.4f} | {_pct(g.cached_share)} |"
     )
 
 
@@ -49,7 +49,7 @@ def markdown(summary: Summary) -> str:
         f"policy `{summary.policy}`, {summary.driver} run, {summary.duration_s:g} s of arrivals",
         "",
         _GROUP_HEADER,
-        "|" + "---|" * 10,
+        "|" + "---|" * 11,
     ]
     lines += [_group_row(name, stats) for name, stats in _ordered(summary.groups)]
     lines += ["", "## Pass criteria", ""]
@@ -62,7 +62,23 @@ def markdown(summary: Summary) -> str:
     lines += ["", "## Why requests were not served", ""]
     reasons = summary.groups[ALL].reasons if ALL in summary.groups else {}
     lines += [f"- {reason or '(none)'}: {count}" for reason, count in sorted(reasons.items())]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _over_time(summary)) + "\n"
+
+
+def _over_time(summary: Summary) -> list[str]:
+    """Per window: offered and served requests, attainment per class, cost."""
+    classes = sorted({name for w in summary.timeline for name in w.attainment})
+    header = "| from s | offered | served | " + " | ".join(classes) + " | cost $ |"
+    lines = ["", "## Over time", "", header, "|" + "---|" * (len(classes) + 4)]
+    for w in summary.timeline:
+        shares = [_attained(w.attainment.get(name)) for name in classes]
+        row = [f"{w.start_s:g}", str(w.arrivals), str(w.served), *shares, f"{w.cost:.4f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _attained(value: float | None) -> str:
+    return "-" if value is None else _pct(value)
 
 
 def _ordered(groups: dict[str, GroupStats]) -> list[tuple[str, GroupStats]]:
@@ -110,6 +126,7 @@ def comparison_rows(summaries: Sequence[Summary]) -> list[dict[str, object]]:
                     "ttft_p99_s": g.ttft_p99_s,
                     "tpot_p95_s": g.tpot_p95_s,
                     "cost": g.cost,
+                    "cached_share": g.cached_share,
                     "checks": f"{passed}/{len(summary.checks)}",
                     "passed": summary.passed,
                 }
@@ -123,7 +140,7 @@ def comparison_markdown(summaries: Sequence[Summary]) -> str:
         f"# {first.scenario}: policies compared ({first.driver})",
         "",
         _COMPARE_HEADER,
-        "|" + "---|" * 12,
+        "|" + "---|" * 13,
     ]
     for row in comparison_rows(summaries):
         lines.append(
@@ -131,8 +148,11 @@ def comparison_markdown(summaries: Sequence[Summary]) -> str:
             f"| {_f(row['goodput_rps']):.2f} | {_pct(_f(row['shed_rate']))} "
             f"| {_pct(_f(row['error_rate']))} | {_ms(_opt(row['ttft_p95_s']))} "
             f"| {_ms(_opt(row['ttft_p99_s']))} | {_ms(_opt(row['tpot_p95_s']))} "
-            f"| {_f(row['cost']):.4f} | {row['checks']} |"
+            f"| {_f(row['cost']):.4f} | {_pct(_f(row['cached_share']))} | {row['checks']} |"
         )
+    bound = first.run.get("cache_bound")
+    if bound is not None:
+        lines += ["", f"The trace's block reuse allows a cached share of {_pct(bound)} at most."]
     return "\n".join(lines) + "\n"
 
 

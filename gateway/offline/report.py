@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gateway.bench.percentile import percentile
@@ -65,6 +65,7 @@ class GroupStats:
     goodput_rps: float = 0.0
     goodput_share: float = 0.0
     cost: float = 0.0
+    cached_share: float = 0.0  # 0..1: prompt tokens of served requests found in a cache
     ttft_p50_s: float | None = None
     ttft_p95_s: float | None = None
     ttft_p99_s: float | None = None
@@ -85,6 +86,8 @@ class Window:
     ttft_p95_s: float | None
     ttft_p99_s: float | None
     attainment: dict[str, float | None]  # by class (None: no arrivals of it)
+    served: int = 0  # requests answered whole in this window (offered: `arrivals`)
+    cost: float = 0.0  # of the requests arriving in this window and served
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,8 @@ def summarize(scenario: Scenario, records: Sequence[LoadRecord], facts: RunFacts
         "lateness_p99_s": percentile([r.lateness_s for r in records], 99),
         "preemptions": facts.preemptions,
         "recovery_s": _recovery(timeline, scenario),
+        # what a trace's block reuse allows any policy at most, beside `cached_share`
+        "cache_bound": scenario.trace.cache_bound() if scenario.trace is not None else None,
     }
     summary = Summary(
         scenario.name, facts.policy, facts.driver, scenario.duration_s, groups, run, timeline
@@ -203,6 +208,7 @@ def _group(
         goodput_rps=met / duration_s,
         goodput_share=_ratio(met, total_good),
         cost=sum(_cost(r, prices) for r in ok),
+        cached_share=_ratio(sum(r.cached_tokens for r in ok), sum(r.prompt_tokens for r in ok)),
         ttft_p50_s=percentile(ttft, 50),
         ttft_p95_s=percentile(ttft, 95),
         ttft_p99_s=percentile(ttft, 99),
@@ -239,8 +245,19 @@ def _timeline(
     for r in records:
         buckets[min(count - 1, int(r.arrival_s / window_s))].append(r)
     busy = _busy_seconds(records, count, window_s)
+    served = [0] * count
+    for r in records:
+        if r.outcome == "ok":
+            served[min(count - 1, int((r.start_s + (r.e2e_s or 0.0)) / window_s))] += 1
+    prices = scenario.prices()
     return [
-        _window(index * window_s, members, good, list(scenario.classes), busy[index] / window_s)
+        replace(
+            _window(
+                index * window_s, members, good, list(scenario.classes), busy[index] / window_s
+            ),
+            served=served[index],
+            cost=sum(_cost(r, prices) for r in members if r.outcome == "ok"),
+        )
         for index, members in enumerate(buckets)
     ]
 

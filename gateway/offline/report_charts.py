@@ -28,11 +28,12 @@ def _pyplot() -> Any:
 
 
 def report_chart(summary: Summary, path: Path) -> Path:
-    """Three panels: TTFT p50/p95/p99 and in-flight load over time; attainment per class over
-    time; attainment per class over the whole run."""
+    """Four panels: TTFT p50/p95/p99 and in-flight load over time; offered and served load
+    over time; attainment per class over time; attainment per class over the whole run."""
     plt = _pyplot()
-    figure, (latency, over_time, per_class) = plt.subplots(3, 1, figsize=(9, 10))
+    figure, (latency, load, over_time, per_class) = plt.subplots(4, 1, figsize=(9, 13))
     _latency_panel(latency, summary)
+    _load_panel(load, summary)
     _attainment_over_time(over_time, summary)
     _attainment_bars(per_class, [summary], by_policy=False)
     figure.suptitle(f"{summary.scenario} - {summary.policy} ({summary.driver})")
@@ -73,6 +74,17 @@ def _latency_panel(axes: Any, summary: Summary) -> None:
     load = axes.twinx()
     load.fill_between(times, [w.in_flight for w in summary.timeline], step="post", alpha=0.2)
     load.set_ylabel("requests in flight")
+
+
+def _load_panel(axes: Any, summary: Summary) -> None:
+    times = [w.start_s for w in summary.timeline]
+    window_s = summary.timeline[1].start_s if len(summary.timeline) > 1 else 1.0
+    for name in ("arrivals", "served"):
+        rates = [getattr(w, name) / window_s for w in summary.timeline]
+        axes.step(times, rates, where="post", label="offered" if name == "arrivals" else name)
+    axes.set_ylabel("requests/s")
+    axes.set_xlabel("time (s)")
+    axes.legend(loc="upper left")
 
 
 def _attainment_over_time(axes: Any, summary: Summary) -> None:

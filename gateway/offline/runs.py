@@ -48,6 +48,7 @@ class PolicyChoice:
         return cls(name, {"name": name})
 
 
+LONG_TRACE_S = 300.0  # a trace this long reports its timeline per minute
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _PARAMS: TypeAdapter[Any] = TypeAdapter(PolicyParams)
 
@@ -98,6 +99,8 @@ def for_trace(scenario: Scenario, plan: Sequence[PlannedRequest]) -> Scenario:
         tenants[name] = TenantSpec(allowed_classes=list(scenario.classes))
     last_s = max((r.arrival_s for r in plan), default=0.0)
     update: dict[str, Any] = {"tenants": tenants, "duration_s": last_s + 1.0, "faults": []}
+    if last_s >= LONG_TRACE_S:
+        update["window_s"] = 60.0  # the report's timeline per minute
     return scenario.model_copy(update=update)
 
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.config.settings import SloClassConfig, TenantLimits
 from gateway.offline.trace import PlannedRequest
+from gateway.offline.trace_replay import TraceSpec
 from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.engine import EngineServerParams
 from gateway.sim.fleet import EngineMember, FleetConfig, MemberPrice, ProviderMember
@@ -96,7 +97,8 @@ class Scenario(_Strict):
     providers: list[ProviderSpec] = Field(default_factory=list)
     classes: dict[str, SloClassConfig]
     tenants: dict[str, TenantSpec]
-    traffic: list[Traffic] = Field(min_length=1)
+    traffic: list[Traffic] = Field(default_factory=list)
+    trace: TraceSpec | None = Field(default=None, description="replay a trace instead")
     faults: list[FaultEvent] = Field(default_factory=list)
     checks: list[Check] = Field(default_factory=list)
     admission: AdmissionParams = AdmissionParams()
@@ -120,7 +122,10 @@ class Scenario(_Strict):
         return self
 
     def plan(self, seed: int | None = None) -> list[PlannedRequest]:
-        """Every request of the run, by arrival time; the same seed gives the same plan."""
+        """Every request of the run, by arrival time; the same seed gives the same plan.
+        With a trace, its window's requests (TraceError when the trace cannot be read)."""
+        if self.trace is not None:
+            return self.trace.plan(self.model)
         base = self.seed if seed is None else seed
         planned: list[PlannedRequest] = []
         for index, traffic in enumerate(self.traffic):

@@ -9,7 +9,8 @@
       - {id: provider-a, port: 9201, api_key_env: SIM_PROVIDER_A_KEY, params: {api_key: sk-a}}
 
 `serve_fleet` runs one uvicorn server per member until its `stop` event is set or it is
-cancelled; the caller owns signal handling, since several servers share the loop.
+cancelled; the caller owns signal handling, since several servers share the loop. What uvicorn
+logs for a member is tagged `[sim <member id>]` (gateway/sim/log_tag.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from starlette.types import ASGIApp
 
 from gateway.config.settings import Price
 from gateway.sim.engine import EngineServerParams, create_engine_app
+from gateway.sim.log_tag import serving_as, tag_uvicorn_logs
 from gateway.sim.provider import ProviderParams, create_provider_app
 
 _STARTUP_POLL_S = 0.01
@@ -223,10 +225,13 @@ async def serve_fleet(
     ready: asyncio.Event | None = None,
 ) -> None:
     """Serve every member until `stop` is set (or the task is cancelled); `ready` once all run."""
-    sockets = _bind_all(host, [m.port for m in config.members()])
-    servers = [_FleetServer(server_config(member_app(m))) for m in config.members()]
+    members = config.members()
+    sockets = _bind_all(host, [m.port for m in members])
+    servers = [_FleetServer(server_config(member_app(m))) for m in members]
+    tag_uvicorn_logs()
     tasks = [
-        asyncio.create_task(s.serve(sockets=[k])) for s, k in zip(servers, sockets, strict=True)
+        asyncio.create_task(s.serve(sockets=[k]), context=serving_as(m.id))
+        for s, k, m in zip(servers, sockets, members, strict=True)
     ]
     try:
         while not all(s.started for s in servers):

@@ -13,10 +13,12 @@ from typing import Any
 from starlette.responses import JSONResponse, Response
 
 from gateway.errors import ANTHROPIC_TYPES
+from gateway.sim.tool_calls import arguments_piece, forced_tool
 from gateway.sim.wire import (
     CompletionRequest,
     InvalidBody,
     PromptDetails,
+    output_text,
     prompt_text,
     request_object,
     token_text,
@@ -57,6 +59,7 @@ def parse_message_request(body: Any) -> tuple[CompletionRequest, MessagesWriter]
         max_tokens=max_tokens,
         max_tokens_given=True,
         prompt_text=_rendered(body),
+        tool=forced_tool(body, "messages"),
     )
     return request, MessagesWriter(request)
 
@@ -91,13 +94,17 @@ class MessagesWriter:
     def chunk(self, index: int) -> bytes:
         opening = b""
         if index == 0:
-            block = {"type": "text", "text": ""}
+            block = self._block("")
             opening = event_frame(
                 "content_block_start",
                 {"type": "content_block_start", "index": 0, "content_block": block},
             )
         self.tokens_sent += 1
         delta = {"type": "text_delta", "text": token_text(index)}
+        if self.request.tool is not None:
+            last = index == self.request.max_tokens - 1
+            piece = arguments_piece(token_text(index), index == 0, last)
+            delta = {"type": "input_json_delta", "partial_json": piece}
         payload = {"type": "content_block_delta", "index": 0, "delta": delta}
         return opening + event_frame("content_block_delta", payload)
 
@@ -111,14 +118,15 @@ class MessagesWriter:
         return stop + event_frame("message_stop", {"type": "message_stop"})
 
     def body(self) -> dict[str, Any]:
-        text = "".join(token_text(i) for i in range(self.tokens_sent))
         return self._envelope() | {
-            "content": [{"type": "text", "text": text}],
+            "content": [self._block(output_text(self.tokens_sent))],
             "stop_reason": self.stop_reason(),
             "usage": self.usage(),
         }
 
     def stop_reason(self) -> str:
+        if self.request.tool is not None:
+            return "tool_use"
         return "max_tokens" if self.tokens_sent >= self.request.max_tokens else "end_turn"
 
     def usage(self) -> dict[str, int]:
@@ -130,6 +138,15 @@ class MessagesWriter:
             "cache_read_input_tokens": cached,
             "output_tokens": self.tokens_sent,
         }
+
+    def _block(self, text: str) -> dict[str, Any]:
+        """The answer's one content block: its text, or a call whose input holds the text
+        (empty when the block opens a stream: the input follows as JSON pieces)."""
+        if self.request.tool is None:
+            return {"type": "text", "text": text}
+        call_input = {"text": text} if text else {}
+        tool_id = "toolu_" + self.request.request_id
+        return {"type": "tool_use", "id": tool_id, "name": self.request.tool, "input": call_input}
 
     def _envelope(self) -> dict[str, Any]:
         return {

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.sim.tool_calls import arguments, arguments_piece, forced_tool
 from gateway.sim.wire import (
     CompletionRequest,
     InvalidBody,
@@ -72,6 +73,7 @@ def parse_response_request(
         max_tokens=max_tokens or default_max_tokens,
         max_tokens_given=max_tokens is not None,
         prompt_text=_rendered(body, items, parent),
+        tool=forced_tool(body, "responses"),
     )
     return request, ResponsesWriter(request, body, items, store)
 
@@ -115,6 +117,7 @@ class ResponsesWriter:
         self.request = request
         self.id = "resp_" + request.request_id
         self.message_id = "msg_" + request.request_id
+        self.call_item_id = "fc_" + request.request_id
         self.created_at = int(time.time())
         self.tokens_sent = 0
         self.details = PromptDetails()  # the token source fills in the cached tokens
@@ -130,6 +133,8 @@ class ResponsesWriter:
         )
 
     def chunk(self, index: int) -> bytes:
+        if self.request.tool is not None:
+            return self._call_chunk(index)
         opening = b""
         if index == 0:
             item = self._message("in_progress", "")
@@ -141,7 +146,25 @@ class ResponsesWriter:
         )
         return opening + delta
 
+    def _call_chunk(self, index: int) -> bytes:
+        opening = b""
+        if index == 0:
+            item = self._output("in_progress", "")
+            opening = self._event("response.output_item.added", output_index=0, item=item)
+        self.tokens_sent += 1
+        last = index == self.request.max_tokens - 1
+        piece = arguments_piece(token_text(index), index == 0, last)
+        delta = self._event(
+            "response.function_call_arguments.delta",
+            item_id=self.call_item_id,
+            output_index=0,
+            delta=piece,
+        )
+        return opening + delta
+
     def end(self) -> bytes:
+        if self.request.tool is not None:
+            return self._call_end()
         text = self.text()
         done = self._event("response.output_text.done", **self._at(), text=text, logprobs=[])
         done += self._event("response.content_part.done", **self._at(), part=_text_part(text))
@@ -150,9 +173,24 @@ class ResponsesWriter:
         final = self.body()
         return done + self._event(f"response.{final['status']}", response=final)
 
+    def _call_end(self) -> bytes:
+        call = arguments(self.text())
+        done = self._event(
+            "response.function_call_arguments.done",
+            item_id=self.call_item_id,
+            output_index=0,
+            arguments=call,
+        )
+        item = self._output("completed", self.text())
+        done += self._event("response.output_item.done", output_index=0, item=item)
+        final = self.body()
+        return done + self._event(f"response.{final['status']}", response=final)
+
     def body(self) -> dict[str, Any]:
         status = "incomplete" if self.request.max_tokens_given else "completed"
-        final = self.response(status) | {"output": [self._message("completed", self.text())]}
+        if self.request.tool is not None:
+            status = "completed"  # the call is whole: its arguments close with the last token
+        final = self.response(status) | {"output": [self._output("completed", self.text())]}
         final["usage"] = self.usage()
         if status == "incomplete":
             final["incomplete_details"] = {"reason": "max_output_tokens"}
@@ -191,7 +229,7 @@ class ResponsesWriter:
             "store": self._stores,
             "temperature": 1.0,
             "text": {"format": {"type": "text"}},
-            "tool_choice": "auto",
+            "tool_choice": body.get("tool_choice", "auto"),
             "tools": body.get("tools") or [],
             "top_p": 1.0,
             "truncation": "disabled",
@@ -204,6 +242,19 @@ class ResponsesWriter:
             context = self.request.prompt_tokens + self.tokens_sent
             text = self.request.prompt_text + self.text() + "\n"
             self._store.responses[self.id] = StoredResponse(response, self._items, context, text)
+
+    def _output(self, status: str, text: str) -> dict[str, Any]:
+        """The answer's one output item: a message, or the forced function's call."""
+        if self.request.tool is None:
+            return self._message(status, text)
+        return {
+            "id": self.call_item_id,
+            "type": "function_call",
+            "status": status,
+            "call_id": "call_" + self.request.request_id,
+            "name": self.request.tool,
+            "arguments": arguments(text) if status == "completed" else "",
+        }
 
     def _message(self, status: str, text: str) -> dict[str, Any]:
         content = [_text_part(text)] if text or status == "completed" else []

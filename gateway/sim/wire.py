@@ -20,6 +20,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gateway.sim.tool_calls import arguments, arguments_piece, forced_tool
+
 Kind = Literal["chat", "completion"]
 DONE = b"data: [DONE]\n\n"
 _WORDS = ("The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", ".")
@@ -41,6 +43,7 @@ class CompletionRequest:
     max_tokens_given: bool
     prompt_text: str = ""
     cache_salt: str | None = None  # vLLM's per-request key for the prefix cache
+    tool: str | None = None  # the function `tool_choice` forces: the answer calls it
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -111,6 +114,7 @@ def parse_completion(body: Any, kind: Kind, *, default_max_tokens: int) -> Compl
         max_tokens_given=max_tokens is not None,
         prompt_text=prompt_text(body, kind),
         cache_salt=salt if isinstance(salt, str) and salt else None,
+        tool=forced_tool(body, "chat") if kind == "chat" else None,
     )
 
 
@@ -177,6 +181,8 @@ class CompletionWriter:
         self.id = prefix + request.request_id
         self.created = int(time.time())
         self.finish_reason = "length" if request.max_tokens_given else "stop"
+        if request.tool is not None:
+            self.finish_reason = "tool_calls"
         self.tokens_sent = 0
 
     def start(self) -> bytes:
@@ -187,7 +193,7 @@ class CompletionWriter:
         self.tokens_sent += 1
         last = index == self.request.max_tokens - 1
         finish = self.finish_reason if last and not self.separate_finish else None
-        event = sse(self._chunk(self._delta(index), finish))
+        event = sse(self._chunk(self._delta(index, last), finish))
         if last and self.separate_finish:
             event += sse(self._chunk({} if self.request.kind == "chat" else "", self.finish_reason))
         return event
@@ -201,7 +207,7 @@ class CompletionWriter:
     def body(self) -> dict[str, Any]:
         text = output_text(self.tokens_sent)
         if self.request.kind == "chat":
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}}
+            choice: dict[str, Any] = {"index": 0, "message": self._message(text)}
         else:
             choice = {"index": 0, "text": text}
         choice |= {"logprobs": None, "finish_reason": self.finish_reason}
@@ -221,14 +227,30 @@ class CompletionWriter:
             usage["prompt_tokens_details"] = {"cached_tokens": cached}
         return usage
 
-    def _delta(self, index: int) -> dict[str, str] | str:
+    def _message(self, text: str) -> dict[str, Any]:
+        if self.request.tool is None:
+            return {"role": "assistant", "content": text}
+        call = self._call(arguments(text)) | {"type": "function"}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+    def _delta(self, index: int, last: bool) -> dict[str, Any] | str:
         if self.request.kind == "completion":
             return token_text(index)
+        if self.request.tool is not None:
+            call = self._call(arguments_piece(token_text(index), index == 0, last))
+            if index > 0:  # later chunks name only the call's index and the next piece
+                return {"tool_calls": [{"index": 0, "function": call["function"]}]}
+            call |= {"index": 0, "type": "function"}
+            return {"role": "assistant", "content": None, "tool_calls": [call]}
         if index == 0:
             return {"role": "assistant", "content": token_text(index)}
         return {"content": token_text(index)}
 
-    def _chunk(self, delta: dict[str, str] | str, finish: str | None) -> dict[str, Any]:
+    def _call(self, argument_text: str) -> dict[str, Any]:
+        function = {"name": self.request.tool, "arguments": argument_text}
+        return {"id": "call_" + self.request.request_id, "function": function}
+
+    def _chunk(self, delta: dict[str, Any] | str, finish: str | None) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0}
         choice |= {"delta": delta} if isinstance(delta, dict) else {"text": delta}
         choice |= {"logprobs": None, "finish_reason": finish}

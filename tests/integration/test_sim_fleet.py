@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -132,3 +133,23 @@ def test_api_key_environment_names_each_provider_key() -> None:
         "SIM_PROVIDER_A_KEY": "sk-provider-a",
         "SIM_PROVIDER_B_KEY": "sk-provider-b",
     }
+
+
+def test_a_simulated_servers_log_lines_name_the_simulator() -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "gateway.sim", "engine", "--port", str(port)]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
+    ) as process:
+        try:
+            assert process.stdout is not None
+            process.stdout.readline()  # serving
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as garbage:
+                garbage.sendall(b"NOT HTTP\r\n\r\n")
+                garbage.recv(1024)  # uvicorn answers 400 and logs a warning
+            process.send_signal(signal.SIGTERM)
+            _, errors = process.communicate(timeout=10)
+        finally:
+            if process.poll() is None:
+                process.kill()
+    assert "[sim engine] Invalid HTTP request received." in errors

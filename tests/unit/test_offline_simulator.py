@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 
 from gateway.config.settings import SloClassConfig, TenantLimits
-from gateway.offline.prefix_scenarios import PromptedRequest
 from gateway.offline.records import LoadRecord
 from gateway.offline.report import RunFacts, summarize
 from gateway.offline.scenario import EngineSpec, ProviderSpec, Scenario, TenantSpec, Traffic
 from gateway.offline.scenarios import SCENARIOS, fleet20
 from gateway.offline.simulator import Simulator
-from gateway.offline.trace import PlannedRequest
+from gateway.offline.trace import PlannedRequest, PromptedRequest
 from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.faults import Faults
 from gateway.sim.model import EngineModel, EngineParams
