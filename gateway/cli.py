@@ -79,10 +79,12 @@ def _register_tools() -> None:
     from gateway.bench import bench_command as bench
     from gateway.offline import simulate_command as offline
     from gateway.server import demo
+    from loadtests import command as live
 
     demo.register(cli)
     bench.register(cli)
     offline.register(cli)
+    live.register(cli)
 
 
 def main() -> None:

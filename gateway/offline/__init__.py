@@ -6,5 +6,6 @@ simulator.py                virtual-time replay through gateway_model.py (the ga
                             decision path) and members.py (the engine and provider models)
 records.py, report.py       one record per request -> per-class and per-tenant metrics
 render.py, charts.py        markdown, JSON and PNG; runs.py writes a run's files
-cli.py                      `slo-gateway simulate` and `slo-gateway loadtest` (loadtests/)
+simulate_command.py         `slo-gateway simulate`; its live twin `loadtest` is loadtests/
+                            command.py, which may import this package (never the reverse)
 """

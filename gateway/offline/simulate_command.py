@@ -1,4 +1,5 @@
-"""`slo-gateway simulate` and `slo-gateway loadtest`; `register(app)` adds both to the Typer app.
+"""`slo-gateway simulate`; `register(app)` adds it to the Typer app. The live twin,
+`slo-gateway loadtest`, is loadtests/command.py, built on the options and helpers here.
 
 Both write the same report (gateway/offline/runs.py) and exit 1 when a run misses its
 scenario's pass criteria (2 on a usage error).
@@ -6,11 +7,9 @@ scenario's pass criteria (2 on a usage error).
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 import yaml
@@ -46,16 +45,14 @@ from gateway.offline.trace_options import (
 from gateway.telemetry.metrics import log
 
 PLOT_EXTRA = "slo-gateway[plot]"
-LOAD_EXTRA = "slo-gateway[load]"
 # The gateway's own policy: on the default scenario it holds the pass criteria, where
 # least_loaded (85.7% attainment offline) misses them.
 DEFAULT_POLICY = "slo_aware"
 
 
 def register(app: typer.Typer) -> None:
-    """Add `simulate` and `loadtest` (help from the docstrings)."""
+    """Add `simulate` (help from its docstring); `loadtest` is loadtests/command.py's."""
     app.command("simulate")(simulate_command)
-    app.command("loadtest")(loadtest_command)
 
 
 ScenarioArg = Annotated[
@@ -78,7 +75,7 @@ SeedOpt = Annotated[int | None, typer.Option(help="Workload seed (default: the s
 ChartOpt = Annotated[bool, typer.Option("--chart/--no-chart", help="Draw PNG charts.")]
 
 
-def _scenario(name: str) -> Scenario:
+def scenario_of(name: str) -> Scenario:
     """A catalogue name, or a YAML/JSON file holding a Scenario."""
     if name in SCENARIOS:
         return SCENARIOS[name]()
@@ -96,7 +93,7 @@ def _scenario(name: str) -> Scenario:
     return spec.model_copy(update={"trace": trace})
 
 
-def _policies(text: str, policy_file: Path | None) -> list[PolicyChoice]:
+def policies_of(text: str, policy_file: Path | None) -> list[PolicyChoice]:
     defined = {}
     if policy_file is not None:
         try:
@@ -110,7 +107,7 @@ def _policies(text: str, policy_file: Path | None) -> list[PolicyChoice]:
         raise typer.BadParameter(str(exc), param_hint="--policy") from None
 
 
-def _finish(runs: list[Run], out: Path, chart: bool) -> None:
+def finish(runs: list[Run], out: Path, chart: bool) -> None:
     publish(runs, out, chart=chart)
     if chart and not charts.available():
         typer.echo(f"charts skipped (matplotlib missing): pip install '{PLOT_EXTRA}'")
@@ -157,9 +154,9 @@ def simulate_command(
         class_column,
         tenant_column,
     )
-    spec, plan = replayed(_scenario(scenario), traced, seed)
-    runs = _simulate_each(spec, plan, _policies(policy, policy_file), seed or 0)
-    _finish(runs, out or Path("results") / f"simulate-{spec.name}", chart)
+    spec, plan = replayed(scenario_of(scenario), traced, seed)
+    runs = _simulate_each(spec, plan, policies_of(policy, policy_file), seed or 0)
+    finish(runs, out or Path("results") / f"simulate-{spec.name}", chart)
 
 
 def _simulate_each(
@@ -185,96 +182,3 @@ def _simulate_one(
         f"{result.cpu_s:.2f} s CPU ({per_cpu_s:.0f} requests per CPU second)"
     )
     return run
-
-
-def loadtest_command(
-    scenario: ScenarioArg,
-    policy: PolicyOpt = DEFAULT_POLICY,
-    policy_file: PolicyFileOpt = None,
-    url: Annotated[
-        str | None,
-        typer.Option(help="Target this gateway instead of starting the simulated fleet."),
-    ] = None,
-    api_key: Annotated[
-        list[str] | None,
-        typer.Option("--api-key", help="TENANT=KEY for an external gateway (repeatable)."),
-    ] = None,
-    trace: TraceOpt = None,
-    tenant: TenantOpt = "default",
-    slo_class: ClassOpt = "interactive",
-    requests: RequestsOpt = None,
-    start_s: StartOpt = 0.0,
-    duration_s: DurationOpt = None,
-    speedup: SpeedupOpt = 1.0,
-    token_scale: TokenScaleOpt = 1.0,
-    max_prompt_tokens: MaxPromptOpt = None,
-    class_column: ColumnOpt = None,
-    tenant_column: ColumnOpt = None,
-    out: OutOpt = None,
-    seed: SeedOpt = None,
-    chart: ChartOpt = True,
-    api: Annotated[
-        str, typer.Option("--api", help="The API the users speak: chat, responses or messages.")
-    ] = "chat",
-) -> None:
-    """Run a scenario live: Locust against the gateway (with the simulated fleet on loopback)."""
-    if importlib.util.find_spec("locust") is None:
-        # Locust runs in a subprocess: without this check every request would fail there
-        typer.echo(f"the load test needs Locust: pip install '{LOAD_EXTRA}'", err=True)
-        raise typer.Exit(2)
-    try:
-        from loadtests.live import LiveOptions, run_live
-    except ImportError as exc:
-        typer.echo(
-            f"the load test needs the loadtests/ package (a source checkout): {exc}", err=True
-        )
-        raise typer.Exit(2) from None
-    traced = TraceChoice(
-        trace,
-        tenant,
-        slo_class,
-        requests,
-        start_s,
-        duration_s,
-        speedup,
-        token_scale,
-        max_prompt_tokens,
-        class_column,
-        tenant_column,
-    )
-    spec, _ = replayed(_scenario(scenario), traced, seed)
-    if requests is not None and spec.trace is None:
-        raise typer.BadParameter("live, only a trace is cut to N requests", param_hint="--requests")
-    choices = _policies(policy, policy_file)
-    if url is not None and (len(choices) > 1 or policy_file is not None):
-        raise typer.BadParameter("an external gateway runs its own policy", param_hint="--policy")
-    keys = _keys(api_key or [])
-    folder = out or Path("results") / f"loadtest-{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    runs = []
-    for choice in choices:
-        options = LiveOptions(
-            policy=choice.label, config=choice.config, url=url, keys=keys, seed=seed, api=_api(api)
-        )
-        typer.echo(f"{choice.label}: running {spec.name} live for about {spec.duration_s:g} s")
-        runs.append(run_live(spec, folder / choice.label, options))
-    _finish(runs, folder, chart)
-
-
-LiveApi = Literal["chat", "responses", "messages"]
-_LIVE_APIS: dict[str, LiveApi] = {"chat": "chat", "responses": "responses", "messages": "messages"}
-
-
-def _api(text: str) -> LiveApi:
-    if text not in _LIVE_APIS:
-        raise typer.BadParameter("expected chat, responses or messages", param_hint="--api")
-    return _LIVE_APIS[text]
-
-
-def _keys(items: list[str]) -> dict[str, str]:
-    keys = {}
-    for item in items:
-        tenant, sep, key = item.partition("=")
-        if not sep or not tenant or not key:
-            raise typer.BadParameter(f"expected TENANT=KEY, got {item!r}", param_hint="--api-key")
-        keys[tenant] = key
-    return keys

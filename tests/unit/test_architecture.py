@@ -1,6 +1,6 @@
 """The layers of README's "Architecture" hold: the import contracts (pyproject.toml,
-[tool.importlinter]), no import cycle between modules (TYPE_CHECKING imports included), and no
-clock read in gateway/core."""
+[tool.importlinter], loadtests/ among them), no import cycle between modules (TYPE_CHECKING
+imports included), and no clock read in gateway/core."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import ast
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -25,8 +26,18 @@ def test_the_import_contracts_are_kept() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_load_tests_sit_above_the_offline_simulator_never_below_it() -> None:
+    """loadtests/ may import gateway.offline (the live twin of `simulate`), never the reverse:
+    the contract names it, so lint-imports holds it (the test above)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    assert "loadtests" in config["root_packages"]
+    layers = next(c["layers"] for c in config["contracts"] if c["name"] == "gateway layers")
+    offline = next(i for i, layer in enumerate(layers) if "gateway.offline" in layer)
+    assert layers.index("loadtests") < offline
+
+
 def test_no_module_imports_itself_through_others() -> None:
-    graph = grimp.build_graph("gateway", "policies")
+    graph = grimp.build_graph("gateway", "policies", "loadtests")
     cycles = [c for c in _strongly_connected(graph) if len(c) > 1]
     assert cycles == []
 

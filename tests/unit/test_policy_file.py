@@ -12,12 +12,14 @@ from typer.testing import CliRunner
 from gateway.offline.runs import PolicyChoice, defined_policies, policy_choices
 from gateway.offline.scenarios import smoke
 from gateway.offline.simulate_command import register
+from loadtests import command as live
 from loadtests.stack import Stack
 
 
 def app() -> typer.Typer:
     cli = typer.Typer()
     register(cli)
+    live.register(cli)  # `loadtest`, as the real command line has it
     return cli
 
 

@@ -11,11 +11,13 @@ from typer.testing import CliRunner
 from gateway.offline import report_charts as charts
 from gateway.offline.simulate_command import register
 from gateway.offline.trace import PlannedRequest, write_trace
+from loadtests import command as live
 
 
 def app() -> typer.Typer:
     cli = typer.Typer()
     register(cli)
+    live.register(cli)  # `loadtest`, as the real command line has it
     return cli
 
 

@@ -16,6 +16,7 @@ from gateway.offline.simulate_command import register
 from gateway.offline.trace import Columns, PromptedRequest, TraceError, TraceRow, read_rows
 from gateway.offline.trace_replay import PromptBand, TraceSpec, block_text
 from gateway.sim.prompt_blocks import block_hashes
+from loadtests import command as live
 
 SAMPLES = Path(__file__).parents[2] / "loadtests" / "traces"
 FORMATS = ["mooncake.jsonl", "ours.jsonl", "azure.csv", "burstgpt.csv"]
@@ -183,6 +184,7 @@ def test_a_scenario_files_trace_lies_beside_it(tmp_path: Path) -> None:
 def _app() -> typer.Typer:
     cli = typer.Typer()
     register(cli)
+    live.register(cli)  # `loadtest`, as the real command line has it
     return cli
 
 
