@@ -52,7 +52,7 @@ class RouteRequest(NamedTuple):
     once per request, and again with its predicted cached tokens, where a frozen dataclass's
     __init__ cost about 2 µs more; copy it with `_replace`)."""
 
-    request_id: str
+    request_id: str  # the gateway's own id, unique per request (never a client's label)
     model: str
     tenant: str
     slo: SloTarget

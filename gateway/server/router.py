@@ -357,5 +357,5 @@ class Router:
             self.finisher.failed_attempt(endpoint.id, request, failure)
             raise
         except BaseException:
-            self.finisher.abandoned(endpoint.id, call.request_id)
+            self.finisher.abandoned(endpoint.id, request.request_id)
             raise
