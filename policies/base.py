@@ -45,6 +45,9 @@ class SloTarget:
     deadline_s: float | None = None
     priority: int = 0
     sheddable: bool = False
+    # output tokens a request without max_tokens is expected to write (None: admission's
+    # default_output_tokens): its KV footprint, its token reservation and its predicted cost
+    default_output_tokens: int | None = None
 
 
 class RouteRequest(NamedTuple):

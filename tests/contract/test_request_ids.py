@@ -1,4 +1,4 @@
-"""Leases are keyed by the ids the gateway mints, never by a client's
+"""Leases and budget holds are keyed by the ids the gateway mints, never by a client's
 x-request-id: clients repeat theirs (by accident or not), and a repeated key would let any
 number of requests share one concurrency slot and leave leases behind. A property test over
 every store: whatever labels clients send (all the same, colliding across tenants, shaped like
@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 
 from gateway.server.middleware import mint_request_id
 from gateway.state.store import StatsStore, TenantCharge, TenantQuota
+from gateway.state.usage import BudgetQuota, Settlement
 from tests.contract.conftest import landed
 
 NOW = 1_000_020.0
 LIMIT = 3
+HOLD_PUSD = 10
+BUDGET = BudgetQuota(day_pusd=HOLD_PUSD * (LIMIT + 1))
 _runs = itertools.count()
 
 labels = st.sampled_from(["same", "same", "other", "0123456789abcdef00000000"])
@@ -64,9 +67,9 @@ async def test_limits_hold_whatever_ids_clients_repeat(
 
 
 async def _start(store: StatsStore, tenant: str, key: str) -> str:
-    """A request admitted against its tenant's concurrency, with its lease on the tenant's
-    endpoint, both keyed by `key`."""
-    charge = TenantCharge(tenant, key, 1, TenantQuota(concurrent=LIMIT), 60, NOW)
+    """A request admitted against its tenant's concurrency and budget, with its lease on the
+    tenant's endpoint, all keyed by `key`."""
+    charge = TenantCharge(tenant, key, 1, TenantQuota(concurrent=LIMIT), 60, NOW, BUDGET, HOLD_PUSD)
     verdict = (await store.admit_tenant(charge)).verdict
     if verdict == "admitted":
         await store.acquire(tenant, key, ttl_s=60, now=NOW)
@@ -76,3 +79,5 @@ async def _start(store: StatsStore, tenant: str, key: str) -> str:
 async def _end(store: StatsStore, tenant: str, key: str) -> None:
     await store.release(tenant, key, now=NOW)
     await store.release_tenant(tenant, key, now=NOW)
+    settlement = Settlement(tenant, NOW, None, 0, 0, 60.0, None, BUDGET, key, HOLD_PUSD)
+    await store.settle(settlement)
