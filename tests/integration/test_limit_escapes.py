@@ -31,6 +31,9 @@ from tests.fixtures.gateway import (
 from tests.fixtures.processes import two_replicas
 
 pytestmark = pytest.mark.integration
+# Over Redis: long enough that no call times out on a loaded test machine (a timed-out call is
+# served from the replica's own memory, which has no other replica's leases or holds).
+STATE = {"redis_timeout_s": 2.0}
 
 
 def sdk(base_url: str) -> AsyncOpenAI:
@@ -74,7 +77,7 @@ def test_a_repeated_request_id_shares_no_concurrency_slot_and_leaks_no_lease(
     tenants = tenants_with(acme={"limits": {"max_concurrent": 3}})
     settings = Settings(redis_url=redis_url, redis_prefix=key_prefix)
     with (
-        fleet_config({"p1": slow}, tenants=tenants) as (data, _),
+        fleet_config({"p1": slow}, tenants=tenants, state=STATE) as (data, _),
         running_gateway(data, settings=settings) as gateway,
     ):
         same = {"extra_headers": {"x-request-id": "same-id"}, "max_tokens": 40}
@@ -155,13 +158,15 @@ def test_a_budget_holds_under_concurrency_across_replicas(
     slow = provider(ttft_sigma=0.0, tpot_median_s=0.02, tpot_sigma=0.0)
     with (
         fleet_config(
-            {"p1": member(slow, price=price)}, tenants=tenants_with(acme={"budget": budget})
+            {"p1": member(slow, price=price)},
+            tenants=tenants_with(acme={"budget": budget}),
+            state=STATE,
         ) as (data, _),
         two_replicas(data, tmp_path, redis_url, key_prefix) as (a, b),
     ):
         started = time.monotonic()
         results = asyncio.run(at_once([a.base_url, b.base_url], 30, max_tokens=100))
-        assert time.monotonic() - started < 30
+        assert time.monotonic() - started < 30  # one wave: the refused are not retried
         assert eventually(lambda: usage_view(a.base_url).get("acme", {}).get("requests") == 6)
         spent_pusd = usage_view(a.base_url)["acme"]["cost_pusd"]
     assert sum(r is not None for r in results) == 6
