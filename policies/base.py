@@ -45,6 +45,9 @@ class SloTarget:
     deadline_s: float | None = None
     priority: int = 0
     sheddable: bool = False
+    # output tokens a request without max_tokens is expected to write (None: admission's
+    # default_output_tokens): its KV footprint, its token reservation and its predicted cost
+    default_output_tokens: int | None = None
 
 
 class RouteRequest(NamedTuple):
@@ -52,7 +55,7 @@ class RouteRequest(NamedTuple):
     once per request, and again with its predicted cached tokens, where a frozen dataclass's
     __init__ cost about 2 µs more; copy it with `_replace`)."""
 
-    request_id: str
+    request_id: str  # the gateway's own id, unique per request (never a client's label)
     model: str
     tenant: str
     slo: SloTarget

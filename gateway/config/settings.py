@@ -219,6 +219,12 @@ class SloClassConfig(_Strict):
     sheddable: bool = False
     engine_priority: int | None = Field(None, description="vLLM's `priority`: lower runs first")
     service_tier: str | None = Field(None, min_length=1, description="OpenAI's `service_tier`")
+    default_output_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="output expected without max_tokens: reserved against tokens_per_min and "
+        "priced against budgets (default: admission.default_output_tokens)",
+    )
 
     def target(self, name: str) -> SloTarget:
         def seconds(ms: float | None) -> float | None:
@@ -231,6 +237,7 @@ class SloClassConfig(_Strict):
             deadline_s=seconds(self.deadline_ms),
             priority=self.priority,
             sheddable=self.sheddable,
+            default_output_tokens=self.default_output_tokens,
         )
 
 

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
-from gateway.config.settings import TenantBudget, TenantLimits
+from gateway.config.settings import Price, TenantBudget, TenantLimits
 from gateway.core import usage
 from gateway.errors import Rejected
 from gateway.state.background import Spawn
@@ -50,6 +50,9 @@ DISPATCH_PER_TICK = 4  # engine gauges lag: pace dispatches so one tick cannot f
 
 Snapshots = Callable[[], Sequence[EndpointSnapshot]]
 TENANT_RETRY_AFTER_S = TENANT_WINDOW_S / 6  # a tenant window moves on in slots of this size
+# A stream's tokens are charged to its tenant's window at most this often: the overshoot a
+# window can see is what streams in flight write in this time beyond their reservations.
+CHARGE_EVERY_S = 1.0
 TENANT_REASONS = {
     "requests": Reason.TENANT_RATE_LIMITED,
     "tokens": Reason.TENANT_TOKEN_LIMITED,
@@ -83,13 +86,16 @@ W = TypeVar("W", bound=Waiting)
 
 
 class TenantTicket(NamedTuple):
-    """A tenant admission: the refusal (None: admitted), the tokens reserved and the window
-    slot they went to (settled there at the end), and the x-ratelimit-* headers."""
+    """A tenant admission: the refusal (None: admitted), the tokens of the reservation still
+    held and the window slot they went to, the x-ratelimit-* headers, the tokens charged to
+    the window as they were used (`charge_streamed`), and the cost held against the budget."""
 
     reject: Reject | None = None
     slot: int | None = None
     reserved: int = 0
     headers: usage.Headers = ()
+    charged: int = 0
+    held_pusd: int = 0
 
 
 ADMITTED = TenantTicket()
@@ -175,9 +181,15 @@ class AdmissionControl(Generic[W]):
         its pool), so its endpoint refuses it with a 400 at once: it holds nothing, and must
         not wait in the queue for room that never comes.
         """
-        tokens = route.prompt_tokens + (route.max_tokens or self.params.default_output_tokens)
+        tokens = route.prompt_tokens + self.expected_output(route)
         largest = self._largest_pool_tokens
         return 0 if largest is not None and tokens > largest else tokens
+
+    def expected_output(self, route: RouteRequest) -> int:
+        """The output tokens a request is expected to write: its max_tokens, else its class's
+        default, else admission's."""
+        default = route.slo.default_output_tokens or self.params.default_output_tokens
+        return route.max_tokens or default
 
     def admit(
         self, route: RouteRequest, current: Sequence[EndpointSnapshot], now: float
@@ -259,13 +271,19 @@ class AdmissionControl(Generic[W]):
             self.queued[waiter.route.model] -= 1
         return expired, dispatched
 
-    async def admit_tenant(self, route: RouteRequest, now: float) -> Reject | None:
+    async def admit_tenant(
+        self, route: RouteRequest, now: float, prices: Sequence[Price] = ()
+    ) -> Reject | None:
         """None when admitted (see `tenant_ticket`)."""
-        return (await self.tenant_ticket(route, now)).reject
+        return (await self.tenant_ticket(route, now, prices)).reject
 
-    async def tenant_ticket(self, route: RouteRequest, now: float) -> TenantTicket:
+    async def tenant_ticket(
+        self, route: RouteRequest, now: float, prices: Sequence[Price] = ()
+    ) -> TenantTicket:
         """Every limit and the budget of the tenant in one atomic call to the shared store
-        (one round trip); none for a tenant with neither."""
+        (one round trip); none for a tenant with neither. `prices`: those of the endpoints
+        that may serve the request; its predicted cost at the dearest is held against the
+        budget until it settles."""
         limits, budget_config = self.limits.get(route.tenant), self.budgets.get(route.tenant)
         if budget_config is None and (
             limits is None
@@ -274,21 +292,40 @@ class AdmissionControl(Generic[W]):
             return ADMITTED
         budget = usage.budget_quota(budget_config)
         quota = _quota(limits)
+        output = self.expected_output(route)
         # Capped at the limit: a request bigger than the whole window (max_tokens 1000 under a
         # limit of 200) is admitted into an empty window, and settles on what it really used.
-        reserved = route.prompt_tokens + (route.max_tokens or 0)
+        reserved = route.prompt_tokens + output
         if quota.tokens is not None:
             reserved = min(reserved, quota.tokens)
+        hold = usage.predicted_hold_pusd(prices, budget, route.prompt_tokens, output)
         charge = TenantCharge(
-            route.tenant, route.request_id, reserved, quota, self.lease_ttl_s, now, budget
+            route.tenant, route.request_id, reserved, quota, self.lease_ttl_s, now, budget, hold
         )
         admission = await self.store.admit_tenant(charge)
         headers = usage.limit_headers(quota, admission, now)
         if admission.verdict == "admitted":
-            slot = admission.slot if quota.tokens is not None else None
-            return TenantTicket(None, slot, reserved, headers)
+            if quota.tokens is None:
+                return TenantTicket(None, None, 0, headers, held_pusd=hold)
+            return TenantTicket(None, admission.slot, reserved, headers, held_pusd=hold)
         retry = _retry_after_s(quota, budget, admission, now)
         return TenantTicket(Reject(429, TENANT_REASONS[admission.verdict], retry), headers=headers)
+
+    def charge_streamed(
+        self, route: RouteRequest, ticket: TenantTicket, used: int, now: float
+    ) -> TenantTicket:
+        """A running stream has used `used` tokens so far (prompt estimate + streamed): the
+        ones not charged yet go to the window's current slot and leave the reservation, in one
+        background write; the ticket as it stands after. Callers batch (CHARGE_EVERY_S)."""
+        gained = used - ticket.charged
+        if ticket.slot is None or gained <= 0:
+            return ticket
+        refund = min(ticket.reserved, gained)
+        settlement = Settlement(
+            route.tenant, now, ticket.slot, refund, gained, TENANT_WINDOW_S, None
+        )
+        self.write(self.store.settle(settlement))
+        return ticket._replace(reserved=ticket.reserved - refund, charged=used)
 
     def settle(
         self,
@@ -298,10 +335,11 @@ class AdmissionControl(Generic[W]):
         now: float,
         alerted: Alerted | None = None,
     ) -> None:
-        """The finished request's real usage, in one background write: the reservation
-        corrected on its slot, the spend, the usage buckets (gateway/core/usage.py). Without
-        a slot or a budget nothing is exact: the usage joins the batch, if there is one, and a
-        request that used nothing settles nothing."""
+        """The finished request's real usage, in one background write: what is left of the
+        reservation given back to its slot, the tokens not charged yet to the current slot,
+        the spend, the budget hold released, the usage buckets (gateway/core/usage.py).
+        Without a slot or a budget nothing is exact: the usage joins the batch, if there is
+        one, and a request that used nothing settles nothing."""
         budget = self.budgets.get(route.tenant)
         if ticket.slot is None and budget is None:
             if line is None:
@@ -310,14 +348,18 @@ class AdmissionControl(Generic[W]):
                 self.batch.add(route.tenant, now, line)
                 return
         used = line.prompt_tokens + line.completion_tokens if line is not None else 0
+        counted = ticket.slot is not None
         settlement = Settlement(
             route.tenant,
             now,
             ticket.slot,
-            used - ticket.reserved if ticket.slot is not None else 0,
+            ticket.reserved if counted else 0,
+            used - ticket.charged if counted else 0,
             TENANT_WINDOW_S,
             line,
             usage.budget_quota(budget),
+            route.request_id if ticket.held_pusd else None,
+            ticket.held_pusd,
         )
         self.write(self.store.settle(settlement, alerted))
 
@@ -326,7 +368,8 @@ class AdmissionControl(Generic[W]):
         if self.batch is None:
             return
         for tenant, at_s, line in self.batch.drain():
-            self.write(self.store.settle(Settlement(tenant, at_s, None, 0, TENANT_WINDOW_S, line)))
+            settlement = Settlement(tenant, at_s, None, 0, 0, TENANT_WINDOW_S, line)
+            self.write(self.store.settle(settlement))
 
     def finished(self, route: RouteRequest, now: float) -> None:
         """Give back the tenant's concurrency slot (a no-op for tenants without one)."""
@@ -349,7 +392,8 @@ def _retry_after_s(
     """When the limit that refused gives capacity back (a slot of the window, or the budget's
     UTC day or month)."""
     if admission.verdict == "budget" and budget is not None:
-        return usage.budget_retry_after_s(budget, admission, now)
+        # no window spent: refused for what requests in flight hold, back when they settle
+        return usage.budget_retry_after_s(budget, admission, now) or TENANT_RETRY_AFTER_S
     oldest = {"requests": admission.requests_oldest, "tokens": admission.tokens_oldest}
     if admission.verdict in oldest:
         reset = usage.reset_s(oldest[admission.verdict], quota.window_s, now)

@@ -16,6 +16,7 @@ anything leaves the sliding window (gateway/state/rate.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from gateway.config.settings import Price, TenantBudget
 from gateway.state.rate import RATE_SLOTS
@@ -59,6 +60,21 @@ def _micro_usd(price: Price, prompt: int, cached: int, completion: int) -> float
         + cached * price.cached_input_rate
         + completion * price.output_per_1m
     )
+
+
+def predicted_hold_pusd(
+    prices: Iterable[Price], budget: BudgetQuota | None, prompt: int, output: int
+) -> int:
+    """What a request is expected to cost (`prompt` + `output` tokens at the dearest of the
+    `prices` of the endpoints that may serve it), held against its tenant's budget until it
+    settles; 0 without a budget. Capped at the smallest limit, as a token reservation is at
+    its limit: a request dearer than the whole budget is admitted into an untouched day or
+    month, and settles on its real cost."""
+    if budget is None:
+        return 0
+    cost = max((cost_pusd(price, prompt, 0, output) for price in prices), default=0)
+    limits = [limit for limit in (budget.day_pusd, budget.month_pusd) if limit is not None]
+    return min([cost, *limits])
 
 
 def usd(pusd: int) -> float:

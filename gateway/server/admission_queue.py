@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from gateway.config.settings import TenantBudget, TenantLimits
+from gateway.config.settings import Price, TenantBudget, TenantLimits
 from gateway.core.admission_control import (
+    CHARGE_EVERY_S,
     DISPATCH_TICK_S,
     AdmissionControl,
     Snapshots,
@@ -29,6 +30,8 @@ from gateway.state.usage import UsageLine
 from gateway.telemetry.metrics import Metrics, log
 from gateway.telemetry.record import RequestRecord
 from gateway.telemetry.usage_counters import flush_every
+from gateway.upstream.grammar import StreamGrammar
+from gateway.watch.endpoints import Registry
 from policies.admission import AdmissionParams, Admit, Reason, Reject
 from policies.base import EndpointSnapshot, RouteRequest
 
@@ -51,8 +54,11 @@ class Admission:
         metrics: Metrics,
         background: Background,
         lease_ttl_s: float,
+        registry: Registry,
         budgets: Mapping[str, TenantBudget | None] | None = None,
     ) -> None:
+        """`registry`: the endpoints, whose prices a budgeted request's cost is predicted at."""
+        self.registry = registry
         # Settlements only queue for the write-behind (or finish in memory): no task needed.
         write = run_now if writes_at_once(store) else background.spawn
         # Over memory (one replica) usage with nothing exact to settle is batched: every read
@@ -142,20 +148,51 @@ class Admission:
     async def admit_tenant(self, route: RouteRequest, record: RequestRecord) -> None:
         """Noted in the record: the reservation to settle and the limit headers, which every
         answer carries (a refusal too: the middleware adds them)."""
-        ticket = await self.control.tenant_ticket(route, time.time())
+        prices = self._prices(route)
+        ticket = await self.control.tenant_ticket(route, time.time(), prices)
         record.reserved_slot, record.reserved_tokens = ticket.slot, ticket.reserved
+        record.held_pusd = ticket.held_pusd
         record.limit_headers = ticket.headers
         rejected = ticket.reject
         if rejected is not None:
             raise self._shed(route, rejected.status, rejected.reason, rejected.retry_after_s)
 
+    def _prices(self, route: RouteRequest) -> list[Price]:
+        """The prices of the endpoints that may serve `route` (none asked for when its tenant
+        has no budget: only a budget needs its cost)."""
+        if route.tenant not in self._budgeted:
+            return []
+        endpoints = self.registry.endpoints.values()
+        return [e.price for e in endpoints if route.model in e.models]
+
+    def charging(
+        self, route: RouteRequest, record: RequestRecord, seen: Callable[[StreamGrammar], float]
+    ) -> Callable[[StreamGrammar], float]:
+        """`seen` (what the relay tells of a running stream), also charging the stream's tokens
+        to its tenant's tokens window as they come, at most every CHARGE_EVERY_S, so a stream
+        is counted in the windows it runs in and refuses new requests once one is spent."""
+        if record.reserved_slot is None:
+            return seen
+        due_s = time.monotonic() + CHARGE_EVERY_S
+
+        def charged(watch: StreamGrammar) -> float:
+            nonlocal due_s
+            next_s = seen(watch)
+            if time.monotonic() >= due_s:
+                due_s = time.monotonic() + CHARGE_EVERY_S
+                used = route.prompt_tokens + watch.output_tokens
+                ticket = self.control.charge_streamed(route, _ticket(record), used, time.time())
+                record.reserved_tokens, record.charged_tokens = ticket.reserved, ticket.charged
+            return next_s
+
+        return charged
+
     def finished(self, route: RouteRequest, record: RequestRecord) -> None:
         """The tenant's concurrency slot back, and the request settled on what it used."""
         now = time.time()
         self.control.finished(route, now)
-        ticket = TenantTicket(None, record.reserved_slot, record.reserved_tokens)
         alerted = partial(self._alert, route) if route.tenant in self._budgeted else None
-        self.control.settle(route, ticket, usage_line(route, record), now, alerted)
+        self.control.settle(route, _ticket(record), usage_line(route, record), now, alerted)
 
     def _alert(self, route: RouteRequest, window: str) -> None:
         budget = self.control.budgets.get(route.tenant)
@@ -168,6 +205,17 @@ class Admission:
             window,
         )
         self.metrics.budget_alerts.labels(route.tenant, window).inc()
+
+
+def _ticket(record: RequestRecord) -> TenantTicket:
+    """The tenant admission as the record keeps it."""
+    return TenantTicket(
+        None,
+        record.reserved_slot,
+        record.reserved_tokens,
+        charged=record.charged_tokens,
+        held_pusd=record.held_pusd,
+    )
 
 
 def _budgeted(budgets: Mapping[str, TenantBudget | None] | None) -> frozenset[str]:

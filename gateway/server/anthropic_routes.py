@@ -73,7 +73,7 @@ async def handle(request: Request, send: Send) -> None:
         stream=stream,
     )
     call = UpstreamCall(
-        route.request_id,
+        intake.record.request_id,
         path,
         body,
         model,
@@ -81,7 +81,7 @@ async def handle(request: Request, send: Send) -> None:
         MESSAGES,
         "messages",
         headers=_forwarded(intake),
-        reply_headers=(("request-id", route.request_id),),
+        reply_headers=(("request-id", intake.record.request_id),),
     )
     await intake.runtime.router.handle(route, call, intake.record, request.receive, send)
 

@@ -89,7 +89,7 @@ def route_request(
         intake.caller, requested, headers.get(b"x-slo-ttft-ms"), headers.get(b"x-slo-tpot-ms")
     )
     return RouteRequest(
-        request_id=request.state.request_id,
+        request_id=request.state.gateway_id,
         model=model,
         tenant=intake.caller.tenant,
         slo=slo,

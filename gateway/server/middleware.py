@@ -1,8 +1,11 @@
 """The one ASGI middleware around every request: it names each request, and records the API
 requests (paths under /v1/).
 
-Naming: a well-formed `x-request-id` from the client is kept, else one is made; handlers find
-it in `request.state.request_id`, and the response echoes it.
+Naming: a well-formed `x-request-id` from the client is kept as the request's label, else one
+is made; handlers find it in `request.state.request_id`, and the response echoes it. The label
+is only logged, forwarded and echoed: clients may repeat it, so whatever is keyed by request
+(leases, reservations) uses `request.state.gateway_id`, which the gateway mints for every
+request (the same string as the label when the client gave none).
 
 Recording: per API request it opens the record (gateway/telemetry/record.py) that the route
 finds in `request.state.record` and passes to the router, makes the request span current
@@ -54,9 +57,10 @@ class RequestMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _incoming_id(scope) or _new_id()
+        gateway_id = mint_request_id()
+        request_id = _incoming_id(scope) or gateway_id
         state = scope.setdefault("state", {})
-        state["request_id"] = request_id
+        state["request_id"], state["gateway_id"] = request_id, gateway_id
         named = (b"x-request-id", request_id.encode())
         if not scope["path"].startswith(API_PREFIX):
             await self.app(scope, receive, _naming(send, named))
@@ -103,7 +107,8 @@ def _naming(send: Send, named: tuple[bytes, bytes]) -> Send:
     return send_named
 
 
-def _new_id() -> str:
+def mint_request_id() -> str:
+    """The gateway's own id for a request, never equal to another this process minted."""
     return f"{_ID_PREFIX}{next(_ID_COUNTER):08x}"
 
 

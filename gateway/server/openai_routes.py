@@ -84,7 +84,8 @@ async def handle(request: Request, send: Send) -> None:
         if kind != "embeddings"
         else None
     )
-    call = UpstreamCall(route.request_id, path, body, fields.model, fields.stream, hints=hints)
+    label = intake.record.request_id  # the client's x-request-id, forwarded as it came
+    call = UpstreamCall(label, path, body, fields.model, fields.stream, hints=hints)
     await intake.runtime.router.handle(route, call, intake.record, request.receive, send)
 
 

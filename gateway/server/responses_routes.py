@@ -65,7 +65,7 @@ async def handle(request: Request, send: Send) -> None:
         stream=fields.stream,
     )
     call = UpstreamCall(
-        route.request_id,
+        intake.record.request_id,
         "/responses",
         body,
         fields.model,

@@ -156,6 +156,7 @@ class Router:
             await self.owners.remember(watch.response_id, opened.endpoint, call, request)
         outcome, progress = "cancelled", StreamProgress()
         seen = self.finisher.watching(opened, request, progress)  # first token, stretches
+        seen = self.admission.charging(request, record, seen)  # tokens to the tenant's window
         try:
             relayed = raw_headers(headers | STREAM_HEADERS)
             outcome = await relay(opened, watch, relayed, self.redactor, receive, send, seen)
@@ -357,5 +358,5 @@ class Router:
             self.finisher.failed_attempt(endpoint.id, request, failure)
             raise
         except BaseException:
-            self.finisher.abandoned(endpoint.id, call.request_id)
+            self.finisher.abandoned(endpoint.id, request.request_id)
             raise

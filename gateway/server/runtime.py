@@ -117,6 +117,7 @@ class Runtime:
             metrics,
             background,
             config.server.lease_ttl_s,
+            registry,
             budgets,
         )
         policy = build_policy(config.policy)

@@ -8,6 +8,10 @@
     <prefix>{tenant:<tenant>}:<part>      hash/zset  a tenant's requests and tokens windows and
                                           concurrency leases, one slot so one script admits
     <prefix>{tenant:<tenant>}:spend:<d|m>:<n>  string  spend (pico-USD) of UTC day / month n
+    <prefix>{tenant:<tenant>}:holds       zset  "<pico-USD>:<request id>" -> expiry: the
+                                          predicted cost of requests in flight, held against
+                                          the budget until they settle
+    <prefix>{tenant:<tenant>}:held        string  the live holds' sum (pico-USD)
     <prefix>{tenant:<tenant>}:alert:<d|m>:<n>  string  that window's soft budget alert was raised
     <prefix>{tenant:<tenant>}:usage:<hour>     hash  usage of one UTC hour (gateway/state/usage.py)
     <prefix>{resp:<response id>}:owner    string  the endpoint that stored a Responses API
@@ -70,6 +74,12 @@ class KeySpace:
 
     def budget_alert(self, tenant: str, window: str, index: int) -> str:
         return self.tenant(tenant, f"alert:{window}:{index}")
+
+    def budget_holds(self, tenant: str) -> str:
+        return self.tenant(tenant, "holds")
+
+    def budget_held(self, tenant: str) -> str:
+        return self.tenant(tenant, "held")
 
     def usage(self, tenant: str, hour: int) -> str:
         return self.tenant(tenant, f"usage:{hour}")

@@ -54,6 +54,7 @@ class MemoryStatsStore:
         self._bucket_count = math.ceil(window_s / bucket_s)
         self._leases = _LeaseSets()
         self._tenant_leases = _LeaseSets()
+        self._holds: dict[str, dict[str, tuple[int, float]]] = {}  # tenant -> id -> (pUSD, expiry)
         self._buckets: dict[str, dict[int, _Fields]] = {}
         self._fast: dict[str, dict[int, _Fields]] = {}  # the fast window's buckets
         self._rates: dict[str, dict[int, int]] = {}
@@ -106,7 +107,7 @@ class MemoryStatsStore:
         return self._rate(key, cost, limit, window_s, now)
 
     async def admit_tenant(self, charge: TenantCharge) -> TenantAdmission:
-        tenant, request_id, tokens, quota, ttl_s, now, budget = charge
+        tenant, request_id, tokens, quota, ttl_s, now, budget, hold = charge
         requests_key, tokens_key = f"tenant:{tenant}:requests", f"tenant:{tenant}:tokens"
         current, _ = slot_range(now, quota.window_s)
         requests = self._slots(requests_key, quota, now) if quota.requests is not None else {}
@@ -124,13 +125,15 @@ class MemoryStatsStore:
             return verdict("requests")
         if quota.tokens is not None and sum(charged.values()) + tokens > quota.tokens:
             return verdict("tokens")
-        if budget is not None and _over(budget, day, month):
+        if budget is not None and _over(budget, day, month, self._held(tenant, now), hold):
             return verdict("budget")
         if quota.concurrent is not None:
             key = f"tenant:{tenant}"
             if self._tenant_leases.count(key, now) >= quota.concurrent:
                 return verdict("concurrency")
             self._tenant_leases.add(key, request_id, now + ttl_s, now)
+        if hold > 0:
+            self._holds.setdefault(tenant, {})[request_id] = (hold, now + ttl_s)
         if quota.requests is not None:
             self._rate(requests_key, 1, None, quota.window_s, now)
             requests[current] = requests.get(current, 0) + 1
@@ -141,10 +144,13 @@ class MemoryStatsStore:
 
     async def settle(self, settlement: Settlement, alerted: Alerted | None = None) -> None:
         tenant, at, slot = settlement.tenant, settlement.at_s, settlement.token_slot
-        if slot is not None:  # a tokens limit was charged
-            slots = self._rates.get(f"tenant:{tenant}:tokens", {})
-            if slot in slots:
-                slots[slot] += settlement.token_delta
+        key = f"tenant:{tenant}:tokens"
+        if slot is not None and slot in self._rates.get(key, {}):  # the reservation's slot
+            self._rates[key][slot] -= settlement.token_refund
+        if settlement.token_charge:
+            self._rate(key, settlement.token_charge, None, settlement.window_s, at)
+        if settlement.hold_id is not None:
+            self._holds.get(tenant, {}).pop(settlement.hold_id, None)
         line = settlement.usage
         cost = line.cost_pusd if line else 0
         if cost or settlement.budget is not None:  # nothing to spend or watch otherwise
@@ -190,6 +196,15 @@ class MemoryStatsStore:
 
     async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None:
         self._tenant_leases.remove(f"tenant:{tenant}", request_id)
+
+    def _held(self, tenant: str, now: float) -> int:
+        """The tenant's live budget holds (pico-USD), expired ones dropped first."""
+        holds = self._holds.get(tenant)
+        if not holds:
+            return 0
+        for request_id in [r for r, (_, expiry) in holds.items() if expiry <= now]:
+            del holds[request_id]
+        return sum(amount for amount, _ in holds.values())
 
     def _slots(self, key: str, quota: TenantQuota, now: float) -> dict[int, int]:
         """The window's slots (older ones dropped first)."""
@@ -292,9 +307,11 @@ def _oldest(slots: Mapping[int, int]) -> int | None:
     return min((slot for slot, count in slots.items() if count > 0), default=None)
 
 
-def _over(budget: BudgetQuota, day: int, month: int) -> bool:
-    return (budget.day_pusd is not None and day >= budget.day_pusd) or (
-        budget.month_pusd is not None and month >= budget.month_pusd
+def _over(budget: BudgetQuota, day: int, month: int, held: int, hold: int) -> bool:
+    """The spend and the live holds leave less than `hold` (or nothing) in a window."""
+    return any(
+        limit is not None and (spent + held >= limit or spent + held + hold > limit)
+        for limit, spent in ((budget.day_pusd, day), (budget.month_pusd, month))
     )
 
 

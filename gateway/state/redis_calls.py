@@ -10,6 +10,7 @@ from typing import Any
 from gateway.state import keys, usage, window
 from gateway.state.breaker import BreakerState
 from gateway.state.keys import KeySpace
+from gateway.state.rate import slot_range, slot_ttl_s
 from gateway.state.store import Alerted, EndpointStats
 from gateway.state.usage import NO_BUDGET, Settlement
 
@@ -37,22 +38,35 @@ def settle_call(
         keyspace.budget_alert(tenant, "d", day),
         keyspace.budget_alert(tenant, "m", month),
         keyspace.usage(tenant, usage.hour_index(at)),
+        keyspace.budget_holds(tenant),
+        keyspace.budget_held(tenant),
     ]
     budget = settlement.budget or NO_BUDGET
     line = settlement.usage
+    hold_id = settlement.hold_id
     args: list[str | int | float] = [
         NO_LIMIT if settlement.token_slot is None else settlement.token_slot,
-        settlement.token_delta,
+        settlement.token_refund,
         line.cost_pusd if line else 0,
         keys.ttl_ms(usage.day_reset_s(at) + keys.SPEND_TTL_MARGIN_S),
         keys.ttl_ms(usage.month_reset_s(at) + keys.SPEND_TTL_MARGIN_S),
         limit_arg(budget.soft(budget.day_pusd)),
         limit_arg(budget.soft(budget.month_pusd)),
         keys.ttl_ms(retention_s),
+        slot_range(at, settlement.window_s)[0],
+        settlement.token_charge,
+        keys.ttl_ms(slot_ttl_s(settlement.window_s)),
+        hold_member(hold_id, settlement.hold_pusd) if hold_id is not None else "",
+        settlement.hold_pusd,
     ]
     for name, amount in (line.fields() if line else {}).items():
         args += [name, amount]
     return keys_, args
+
+
+def hold_member(request_id: str, hold_pusd: int) -> str:
+    """A budget hold in its zset: the amount first, so a script sums holds from members."""
+    return f"{hold_pusd}:{request_id}"
 
 
 def lease_args(request_id: str, ttl_s: float, now: float, limit: int) -> list[Any]:

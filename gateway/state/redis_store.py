@@ -37,6 +37,7 @@ from gateway.state.rate import slot_range, slot_ttl_s
 from gateway.state.redis_calls import (
     NO_LIMIT,
     announce,
+    hold_member,
     lease_args,
     limit_arg,
     number,
@@ -219,16 +220,18 @@ class RedisStatsStore:
         return await self._rate(key, cost, limit, window_s, now)
 
     async def admit_tenant(self, charge: TenantCharge) -> TenantAdmission:
-        tenant, request_id, tokens, quota, ttl_s, now, budget = charge
+        tenant, request_id, tokens, quota, ttl_s, now, budget, hold = charge
         current, oldest = slot_range(now, quota.window_s)
         parts = ("requests", "tokens", "concurrency")
-        spends = [
+        budget_keys = [
             self.keys.spend(tenant, "d", usage.day_index(now)),
             self.keys.spend(tenant, "m", usage.month_index(now)),
+            self.keys.budget_holds(tenant),
+            self.keys.budget_held(tenant),
         ]
         reply = await self._eval(
             "tenant_admit",
-            keys=[*(self.keys.tenant(tenant, part) for part in parts), *spends],
+            keys=[*(self.keys.tenant(tenant, part) for part in parts), *budget_keys],
             args=[
                 current,
                 oldest,
@@ -243,6 +246,8 @@ class RedisStatsStore:
                 limit_arg(quota.concurrent),
                 limit_arg(budget.day_pusd if budget else None),
                 limit_arg(budget.month_pusd if budget else None),
+                hold,
+                hold_member(request_id, hold),
             ],
         )
         verdict, requests, tokens, requests_first, tokens_first, day, month = reply

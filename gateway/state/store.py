@@ -67,9 +67,12 @@ class TenantCharge(NamedTuple):
     request_id: str
     tokens: int  # reserved: the prompt estimate + max_tokens (settled on real usage later)
     quota: TenantQuota
-    ttl_s: float  # of its concurrency lease
+    ttl_s: float  # of its concurrency lease and its budget hold
     now: float
     budget: BudgetQuota | None = None
+    # the predicted cost held against the budget until the request settles (keyed by
+    # `request_id`, which must be the gateway's own: a repeated id would share one hold)
+    hold_pusd: int = 0
 
 
 TenantVerdict = Literal["admitted", "requests", "tokens", "concurrency", "budget"]

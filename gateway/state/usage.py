@@ -82,16 +82,26 @@ def field_names(slo_class: str, model: str, endpoint: str) -> tuple[str, ...]:
 
 
 class Settlement(NamedTuple):
-    """A finished request, settled in one write: the token reservation corrected to real usage
-    (`token_delta` added to the slot it was charged to), the spend and the usage buckets."""
+    """What a request settles in one write, at its end or while it streams: its tokens moved
+    from the reservation to the window as they are used, its spend, its usage buckets and its
+    budget hold given back.
+
+    Tokens: `token_refund` leaves the slot the reservation was charged to (`token_slot`; none
+    once that slot has left the window) and `token_charge` goes to the slot of `at_s`, so a
+    window counts a stream's tokens when they are streamed, however long it runs, and holds
+    room for those not streamed yet. A charge may be negative (the upstream reported fewer
+    prompt tokens than the estimate already charged)."""
 
     tenant: str
     at_s: float
     token_slot: int | None  # the tokens-window slot charged at admission; None: none charged
-    token_delta: int  # actual - reserved
+    token_refund: int  # tokens of the reservation given back (taken from `token_slot`)
+    token_charge: int  # tokens used since the last settlement (added to the current slot)
     window_s: float  # the tokens window's length (for its TTL)
-    usage: UsageLine | None  # None: no upstream answered, nothing used
+    usage: UsageLine | None  # None: no upstream answered, nothing used (or still streaming)
     budget: BudgetQuota | None = None
+    hold_id: str | None = None  # the budget hold taken at admission, released here
+    hold_pusd: int = 0
 
 
 class UsageRow(NamedTuple):

@@ -54,10 +54,13 @@ class RequestRecord:
     result: Finished | None = None
     slo_met: bool | None = None  # the one judgement (gateway/core/slo.py), None when unjudged
     upstream_span: Span | None = None  # the open span of the attempt that answered
-    # Tenant accounting (gateway/core/usage.py): the tokens reserved at admission and the
-    # window slot they were charged to (settled there at the end), the x-ratelimit-* headers
-    # every answer carries, and the request's cost at the answering endpoint's prices.
+    # Tenant accounting (gateway/core/usage.py): the tokens of the reservation still held and
+    # the window slot they were charged to, the tokens charged to the window as they streamed,
+    # the cost held against the budget, the x-ratelimit-* headers every answer carries, and
+    # the request's cost at the answering endpoint's prices.
     reserved_slot: int | None = None
     reserved_tokens: int = 0
+    charged_tokens: int = 0
+    held_pusd: int = 0
     limit_headers: tuple[tuple[bytes, bytes], ...] = ()
     cost_pusd: int = 0

@@ -49,7 +49,7 @@ class MappedAiohttpTransport(AiohttpTransport):
 class UpstreamCall:
     """What to send upstream for one request, and how to read and relay the answer."""
 
-    request_id: str
+    request_id: str  # the client's x-request-id (or the gateway's): a label, forwarded
     path: str  # below the endpoint's base URL, e.g. "/chat/completions"
     body: dict[str, Any]
     model: str  # the public model name

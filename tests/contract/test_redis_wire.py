@@ -93,10 +93,13 @@ async def exercise_every_key(store: RedisStatsStore) -> None:
     quota = TenantQuota(requests=5, tokens=1000, concurrent=3)
     budget = BudgetQuota(day_pusd=10**12, month_pusd=10**13, soft_fraction=0.5)
     await store.admit_tenant(
-        TenantCharge("acme", "r1", tokens=10, quota=quota, ttl_s=30, now=NOW, budget=budget)
+        TenantCharge("acme", "r1", 10, quota, ttl_s=30, now=NOW, budget=budget, hold_pusd=9)
+    )
+    await store.admit_tenant(
+        TenantCharge("acme", "r2", 10, quota, ttl_s=30, now=NOW, budget=budget, hold_pusd=7)
     )
     line = UsageLine("interactive", "m", "a", 10, 2, 5, 10**12)
-    await store.settle(Settlement("acme", NOW, 0, -3, 60.0, line, budget))
+    await store.settle(Settlement("acme", NOW, 0, 10, 7, 60.0, line, budget, "r1", 9))
     await store.observe("a", sample(NOW))
     await store.hit("tenant:acme:rpm", cost=1, window_s=60, now=NOW)
     await store.try_hit("tenant:acme:tpm", cost=100, limit=1000, window_s=60, now=NOW)
@@ -110,9 +113,9 @@ async def test_every_key_has_a_ttl(redis_client: Redis, redis_url: str, key_pref
     store = RedisStatsStore(redis_client, prefix=key_prefix)
     await exercise_every_key(store)
     found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}*")]
-    # incl. a tenant's three limit keys, its day and month spend, a day alert, a usage hour
-    # and a fast-window bucket
-    assert len(found) == 15
+    # incl. a tenant's three limit keys, its day and month spend, a day alert, a usage hour,
+    # its budget holds and their sum, and a fast-window bucket
+    assert len(found) == 17
     for key in found:
         assert await redis_client.pttl(key) > 0, key
     assert await redis_client.pttl(store.keys.health("c")) > 3600_000
@@ -123,7 +126,8 @@ async def test_a_tenants_keys_share_one_cluster_slot(redis_client: Redis, key_pr
     store = RedisStatsStore(redis_client, prefix=key_prefix)
     await exercise_every_key(store)
     found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}{{tenant:acme}}*")]
-    assert len(found) == 7  # requests, tokens, concurrency, day and month spend, alert, usage
+    # requests, tokens, concurrency, day and month spend, alert, usage, holds and their sum
+    assert len(found) == 9
     assert len({key_slot(key) for key in found}) == 1
 
 

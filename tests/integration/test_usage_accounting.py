@@ -60,7 +60,8 @@ def client(base_url: str, key: str = TENANT_KEY) -> OpenAI:
 
 
 def reserved(body: dict[str, Any]) -> int:
-    return tokens.estimate_prompt_tokens(body) + int(body.get("max_tokens", 0))
+    """The prompt estimate and max_tokens, else the expected output (admission's default)."""
+    return tokens.estimate_prompt_tokens(body) + int(body.get("max_tokens", 256))
 
 
 def remaining(headers: Mapping[str, str]) -> int:
@@ -69,11 +70,11 @@ def remaining(headers: Mapping[str, str]) -> int:
 
 def test_token_window_holds_real_usage_whatever_the_estimate(gateway: str) -> None:
     """Each answer's remaining tokens = limit - what earlier requests really used - its own
-    reservation: the under-estimated one (no max_tokens) is charged its completion, a stream
+    reservation: the one without max_tokens reserved 256 and is charged its completion, a stream
     with usage settles on it, one without settles on the tokens counted."""
     sdk, used = client(gateway), None
     cases: list[dict[str, Any]] = [
-        {},  # no max_tokens: the reservation is the prompt only, the engine writes 64
+        {},  # no max_tokens: 256 reserved, the engine writes 64
         {"max_tokens": 40},
         {"max_tokens": 30, "stream": True, "stream_options": {"include_usage": True}},
         {"max_tokens": 20, "stream": True},  # no usage: settled on the tokens streamed
