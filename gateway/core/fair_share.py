@@ -46,6 +46,7 @@ class FairShare:
         self._sending: defaultdict[str, defaultdict[str, float]] = _charges()  # in a sync now
         self._charged: dict[str, _Charge] = {}  # request id -> its estimate, until it ends
         self._floors: dict[str, float] = {}  # class -> floor, as of the last sync
+        self._wanted: set[str] = set()  # classes ordering asked about: read at the next sync
 
     def admitted(self, route: RouteRequest, estimate_tokens: int) -> None:
         """Charge an admitted request its estimate (corrected by `ended`)."""
@@ -66,7 +67,10 @@ class FairShare:
     def level(self, slo_class: str, key: str, now_s: float) -> float:
         """The key's counter as the queue orders by it: `policies.fair_share.level` over the
         counters of the last sync, plus this replica's charges since."""
-        counters = self.shared.get(slo_class, NO_COUNTERS)
+        counters = self.shared.get(slo_class)
+        if counters is None:  # a class this replica never charged: other replicas may have
+            self._wanted.add(slo_class)
+            counters = NO_COUNTERS
         base = level(counters, key, now_s, self._floors.get(slo_class, 0.0))
         since = _amount(self._pending, slo_class, key) + _amount(self._sending, slo_class, key)
         return base + since
@@ -78,7 +82,7 @@ class FairShare:
             for key, amount in gathered.items():
                 self._sending[slo_class][key] += amount
         self._pending = _charges()
-        for slo_class in set(self._sending) | set(self.shared):
+        for slo_class in set(self._sending) | set(self.shared) | self._wanted:
             charges = dict(self._sending.get(slo_class, {}))
             counters = await store.charge_fair_share(slo_class, charges, now=now)
             self.shared[slo_class] = counters

@@ -158,3 +158,13 @@ def test_sync_shares_the_counters_and_keeps_ordering_continuous() -> None:
     run_to_completion(there.sync(store, NOW_S + 1))
     assert there.level("chat", "a", NOW_S + 1) == 400.0  # the other replica's charge
     assert there.level("chat", "b", NOW_S + 1) == 500.0  # new: lifted to a's 400 first
+
+
+def test_a_replica_that_charged_nothing_reads_what_its_queue_asks_about() -> None:
+    store = MemoryStatsStore()
+    busy, idle = FairShare(), FairShare()
+    busy.admitted(route("1", "a"), 400)
+    run_to_completion(busy.sync(store, NOW_S))
+    assert idle.level("chat", "a", NOW_S) == 0.0  # not read yet: asked for now
+    run_to_completion(idle.sync(store, NOW_S + 1))
+    assert idle.level("chat", "a", NOW_S + 1) == 400.0
