@@ -58,8 +58,8 @@ def measure(records: Sequence[LoadRecord], scenario: PrefixScenario) -> Measures
         waits = sorted(r.queued_s for r in answered)
         found[f"{tenant}_attainment"] = met / len(mine) if mine else float("nan")
         found[f"{tenant}_served_tokens"] = float(sum(_served(r) for r in answered))
-        found[f"{tenant}_wait_p50_s"] = percentile(waits, 50) if waits else 0.0
-        found[f"{tenant}_wait_p95_s"] = percentile(waits, 95) if waits else 0.0
+        found[f"{tenant}_wait_p50_s"] = percentile(waits, 50) or 0.0
+        found[f"{tenant}_wait_p95_s"] = percentile(waits, 95) or 0.0
     answered = [r for r in records if r.outcome == "ok"]
     prompt = sum(r.prompt_tokens for r in answered)
     found["cached_share"] = sum(r.cached_tokens for r in answered) / prompt if prompt else 0.0

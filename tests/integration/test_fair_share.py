@@ -36,10 +36,10 @@ pytestmark = pytest.mark.integration
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 
-def chat(base_url: str, key: str, headers: dict[str, str], **body: object) -> httpx.Response:
+def chat(base_url: str, key: str, headers: dict[str, str]) -> httpx.Response:
     return httpx.post(
         base_url + "/v1/chat/completions",
-        json=chat_body(max_tokens=3, **body),
+        json=chat_body(max_tokens=3),
         headers={"authorization": f"Bearer {key}"} | headers,
     )
 
