@@ -248,9 +248,9 @@ class AdmissionControl(Generic[W]):
         """One dispatcher tick: (the waiters that can no longer meet their deadline, the few
         with headroom now: by class earliest deadline first, within a class least-served
         fairness key first; each is charged, and noted in `deferred` when a later one of its
-        class went before it). Snapshots and saturation are taken once per
-        model per tick: dispatched requests take their leases after the tick, so nothing the
-        tick does changes them, and a long queue costs no snapshot rebuild per waiter."""
+        class went before it). Snapshots and saturation are taken once per model per tick:
+        dispatched requests take their leases after the tick, so nothing the tick does changes
+        them, and a long queue costs no snapshot rebuild per waiter."""
         expired = self.queue.drop_expired(now)
         pools: dict[str, Pool] = {}
 
