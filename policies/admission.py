@@ -100,6 +100,11 @@ class AdmissionParams(BaseModel):
     default_output_tokens: int = Field(
         default=256, ge=1, description="footprint without max_tokens"
     )
+    fair_share: bool = Field(
+        default=True,
+        description="waiting requests of a class go least-served fairness key first "
+        "(policies/fair_share.py); off: first come, first served",
+    )
 
     @cached_property
     def limits(self) -> Limits:

@@ -69,6 +69,9 @@ class RouteRequest(NamedTuple):
     # the index's precision (gateway/core/prefix_index.py); endpoints not named: none. A
     # mapping rather than a snapshot field, so a hit costs no snapshot rebuilt.
     cached_tokens: Mapping[str, float] = NO_CACHED
+    # whose share of its class this request counts to (policies/fair_share.py): None for its
+    # tenant, else "<tenant>/<id>", a sub-tenant the tenant lets clients name
+    fairness_key: str | None = None
 
 
 class EngineSignals(NamedTuple):

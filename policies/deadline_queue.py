@@ -1,12 +1,16 @@
-"""The admission queue: waiting requests, earliest deadline first (policies/admission.py
-decides who waits; gateway/core/admission_control.py holds the queue). Pure: no clock, no I/O."""
+"""The admission queue: waiting requests, earliest deadline first across classes and, within the
+class whose turn it is, the least-served fairness key first (policies/fair_share.py).
+policies/admission.py decides who waits; gateway/core/admission_control.py holds the queue.
+Pure: no clock, no I/O."""
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
+
+Level = Callable[[str, str], float]  # (class, fairness key) -> its counter (fair_share.level)
 
 
 def can_still_meet(now_s: float, deadline_s: float, predicted_ttft_s: float) -> bool:
@@ -16,12 +20,20 @@ def can_still_meet(now_s: float, deadline_s: float, predicted_ttft_s: float) -> 
 Item = TypeVar("Item")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Entry(Generic[Item]):
     deadline_s: float
     seq: int  # insertion order: equal deadlines stay first come, first served
     service_s: float
     item: Item
+    group: str = ""  # its class: fairness orders within one
+    key: str = ""  # its fairness key
+    deferred: bool = False  # a later request of its class went first, by fairness
+
+
+class Popped(NamedTuple, Generic[Item]):
+    item: Item
+    deferred: bool  # it waited for fairness: a later request of its class went first
 
 
 class DeadlineQueue(Generic[Item]):
@@ -43,23 +55,65 @@ class DeadlineQueue(Generic[Item]):
     def full(self) -> bool:
         return len(self._entries) >= self.max_size
 
-    def push(self, item: Item, deadline_s: float, service_s: float = 0.0) -> bool:
-        """Add an item; False (and not added) when the queue is full."""
+    def push(
+        self,
+        item: Item,
+        deadline_s: float,
+        service_s: float = 0.0,
+        *,
+        group: str = "",
+        key: str = "",
+    ) -> bool:
+        """Add an item of class `group` and fairness key `key`; False (and not added) when the
+        queue is full."""
         if self.full:
             return False
         self._seq += 1
-        entry = _Entry(deadline_s, self._seq, service_s, item)
+        entry = _Entry(deadline_s, self._seq, service_s, item, group, key)
         bisect.insort(self._entries, entry, key=_order)
         return True
 
-    def pop(self, now_s: float, fits: Callable[[Item], bool] | None = None) -> Item | None:
-        """The earliest-deadline item that can still meet its deadline and `fits` (if given)."""
+    def pop(
+        self,
+        now_s: float,
+        fits: Callable[[Item], bool] | None = None,
+        level: Level | None = None,
+    ) -> Popped[Item] | None:
+        """The earliest-deadline item that can still meet its deadline and `fits` (if given);
+        with `level`, of that item's class the one whose key has the least level (ties: by
+        deadline), and the class's earlier items it went before are marked deferred."""
         for index, entry in enumerate(self._entries):
             alive = can_still_meet(now_s, entry.deadline_s, entry.service_s)
             if alive and (fits is None or fits(entry.item)):
+                if level is not None:
+                    return self._fairest(now_s, fits, level, entry)
                 del self._entries[index]
-                return entry.item
+                return Popped(entry.item, entry.deferred)
         return None
+
+    def _fairest(
+        self,
+        now_s: float,
+        fits: Callable[[Item], bool] | None,
+        level: Level,
+        head: _Entry[Item],
+    ) -> Popped[Item]:
+        """Of `head`'s class, the first alive and fitting entry by (level, deadline); `head`
+        is one, so one is found. Each key's level is read once."""
+        group, levels = head.group, {head.key: level(head.group, head.key)}
+        mates = [e for e in self._entries if e.group == group]
+        for entry in mates:
+            if entry.key not in levels:
+                levels[entry.key] = level(group, entry.key)
+        for entry in sorted(mates, key=lambda e: (levels[e.key], e.deadline_s, e.seq)):
+            alive = can_still_meet(now_s, entry.deadline_s, entry.service_s)
+            if entry is head or (alive and (fits is None or fits(entry.item))):
+                break
+        for earlier in mates:
+            if _order(earlier) < _order(entry) and earlier.key != entry.key:
+                earlier.deferred = True
+        del self._entries[next(i for i, e in enumerate(self._entries) if e is entry)]
+        return Popped(entry.item, entry.deferred)
 
     def drop_expired(self, now_s: float) -> list[Item]:
         """Remove and return the items that can no longer meet their deadline."""

@@ -178,6 +178,15 @@ class TenantBudget(_Strict):
     )
 
 
+class TenantFairness(_Strict):
+    """The tenant's share inside a class when it must queue (policies/fair_share.py)."""
+
+    weight: float = Field(1.0, gt=0, description="served tokens count divided by this")
+    # Whether a client may name a sub-tenant (`x-fairness-id`, or the Kubernetes inference
+    # gateway's `x-gateway-inference-fairness-id`) that gets a share of its own.
+    sub_ids: bool = False
+
+
 class TenantConfig(_Strict):
     api_key_env: str | None = None
     api_key_sha256: list[str] = Field(default_factory=list)
@@ -191,6 +200,7 @@ class TenantConfig(_Strict):
     # `service_tier` (and a client's is dropped where the class sets none); by default a value
     # the client set is kept.
     enforce_class_priority: bool = False
+    fairness: TenantFairness = TenantFairness()
 
     @model_validator(mode="after")
     def _keys(self) -> TenantConfig:

@@ -17,6 +17,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from gateway.config.settings import Price, TenantBudget, TenantLimits
 from gateway.core import usage
+from gateway.core.fair_share import FairShare, fairness_key
 from gateway.errors import Rejected
 from gateway.state.background import Spawn
 from gateway.state.store import (
@@ -115,10 +116,12 @@ class AdmissionControl(Generic[W]):
         budgets: Mapping[str, TenantBudget | None] | None = None,
         write: Spawn | None = None,
         batch: usage.UsageBatch | None = None,
+        fair: FairShare | None = None,
     ) -> None:
         """`write`: how settlements are sent (default `spawn`; the caller's own call when the
         store only queues them). `batch`: where usage with nothing exact to settle waits for
-        `flush_usage` (None: every request settles at once)."""
+        `flush_usage` (None: every request settles at once). `fair`: the fairness counters
+        (gateway/core/fair_share.py), charged on admission, synced by the caller."""
         self.params = params
         self.limits = limits
         self.budgets = budgets or {}
@@ -130,6 +133,8 @@ class AdmissionControl(Generic[W]):
         self.states: dict[str, Saturation] = {}
         self.queue: DeadlineQueue[W] = DeadlineQueue(params.queue_max_size)
         self.queued: Counter[str] = Counter()  # waiting requests per model
+        self.fair = fair or FairShare()
+        self.deferred: set[str] = set()  # request ids waiting that a later one of theirs passed
         self._largest_pool_tokens: int | None = None  # the largest engine KV pool scraped
 
     def reconfigure(
@@ -205,7 +210,13 @@ class AdmissionControl(Generic[W]):
         )
         if not isinstance(decision, Admit):
             return decision, []
+        self._charge(route)
         return decision, self._eligible(route, current, states)
+
+    def _charge(self, route: RouteRequest) -> None:
+        """The fairness counter of an admitted request's key, charged its estimate."""
+        estimate = route.prompt_tokens + (route.max_tokens or self.params.default_output_tokens)
+        self.fair.admitted(route, estimate)
 
     def eligible(
         self, route: RouteRequest, current: Sequence[EndpointSnapshot]
@@ -232,7 +243,8 @@ class AdmissionControl(Generic[W]):
 
     def enqueue(self, waiter: W, deadline_s: float) -> bool:
         """False (and not queued) when the queue is full."""
-        if not self.queue.push(waiter, deadline_s):
+        route = waiter.route
+        if not self.queue.push(waiter, deadline_s, group=route.slo.name, key=fairness_key(route)):
             return False
         self.queued[waiter.route.model] += 1
         return True
@@ -246,9 +258,11 @@ class AdmissionControl(Generic[W]):
         self, now: float, snapshots: Callable[[W], Sequence[EndpointSnapshot]]
     ) -> tuple[list[W], list[W]]:
         """One dispatcher tick: (the waiters that can no longer meet their deadline, the few
-        with headroom now, earliest deadline first). Snapshots and saturation are taken once per
-        model per tick: dispatched requests take their leases after the tick, so nothing the
-        tick does changes them, and a long queue costs no snapshot rebuild per waiter."""
+        with headroom now: by class earliest deadline first, within a class least-served
+        fairness key first; each is charged, and noted in `deferred` when a later one of its
+        class went before it). Snapshots and saturation are taken once per model per tick:
+        dispatched requests take their leases after the tick, so nothing the tick does changes
+        them, and a long queue costs no snapshot rebuild per waiter."""
         expired = self.queue.drop_expired(now)
         pools: dict[str, Pool] = {}
 
@@ -261,15 +275,29 @@ class AdmissionControl(Generic[W]):
             states = self._states_for(route, *pool)
             return any(has_headroom(s, route.slo, self.params) for s in states.values())
 
+        def level(slo_class: str, key: str) -> float:
+            return self.fair.level(slo_class, key, now)
+
         dispatched = []
         for _ in range(DISPATCH_PER_TICK):
-            waiter = self.queue.pop(now, fits=fits)
-            if waiter is None:
+            popped = self.queue.pop(now, fits, level if self.params.fair_share else None)
+            if popped is None:
                 break
-            dispatched.append(waiter)
+            dispatched.append(popped.item)
+            self._charge(popped.item.route)
+            if popped.deferred:
+                self.deferred.add(popped.item.route.request_id)
         for waiter in (*expired, *dispatched):
             self.queued[waiter.route.model] -= 1
         return expired, dispatched
+
+    def waited_for_fairness(self, route: RouteRequest) -> bool:
+        """Whether the request, dispatched, had waited while later ones of its class went
+        first by fairness (asked once: the note is dropped)."""
+        if route.request_id not in self.deferred:
+            return False
+        self.deferred.discard(route.request_id)
+        return True
 
     async def admit_tenant(
         self, route: RouteRequest, now: float, prices: Sequence[Price] = ()
@@ -370,6 +398,11 @@ class AdmissionControl(Generic[W]):
         for tenant, at_s, line in self.batch.drain():
             settlement = Settlement(tenant, at_s, None, 0, 0, TENANT_WINDOW_S, line)
             self.write(self.store.settle(settlement))
+
+    def served(self, route: RouteRequest, prompt: int, cached: int, output: int) -> None:
+        """The request ended having been served these tokens (all 0: it failed): its fairness
+        charge corrected from the estimate."""
+        self.fair.ended(route, prompt, cached, output)
 
     def finished(self, route: RouteRequest, now: float) -> None:
         """Give back the tenant's concurrency slot (a no-op for tenants without one)."""

@@ -26,7 +26,7 @@ def with_cached(request: RouteRequest, index: PrefixIndex, chain: PrefixChain) -
     r = request  # positional: about half what dataclasses.replace costs, once per request
     return RouteRequest(
         r.request_id, r.model, r.tenant, r.slo, r.prompt_tokens, r.max_tokens, r.stream, r.seq,
-        r.session, cached,
+        r.session, cached, r.fairness_key,
     )  # fmt: skip
 
 

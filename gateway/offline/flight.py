@@ -16,6 +16,7 @@ class Flight:
     route: RouteRequest
     order: tuple[str, ...]
     decision: str = ""  # the policy's reason for the order
+    routed_s: float = 0.0  # when admission let it through (it waited from arrival to then)
     attempt: int = 0
     endpoint_id: str = ""
     sent_s: float = 0.0  # when the current attempt started

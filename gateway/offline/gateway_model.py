@@ -8,7 +8,9 @@ Nothing here decides: every step calls the code the live gateway runs, built fro
                     registry's rotation, the `SharedView` (refreshed every `state.refresh_s`)
                     and the `LatestScrapes` of the engines with their age
     admission       `AdmissionControl.admit`, `.dispatch` (the deadline queue's ticks) and
-                    `.eligible`, as `Admission` calls them
+                    `.eligible`, as `Admission` calls them; its fairness counters charged,
+                    corrected at the end and synced with the store every second
+                    (`FairShare.sync`, as `Admission.sync_fair_share`)
     routing         the policy from `policies.registry`, then `only_candidates`
     attempts        `LocalLeases` (this replica's count, as `LeaseBook`) and `Outcomes`
                     (gateway/core/outcomes.py, as `Finisher`): Retry-After and quota cool-downs, the
@@ -34,6 +36,7 @@ from gateway.config.settings import GatewayConfig, parse_config
 from gateway.core.admission_control import AdmissionControl
 from gateway.core.candidates import candidate_snapshots, only_candidates
 from gateway.core.failover import answered_with_error
+from gateway.core.fair_share import FairShare, weights
 from gateway.core.outcomes import Outcomes
 from gateway.core.prefix_chain import PrefixChain, chain_of
 from gateway.core.prefix_index import PrefixIndex
@@ -110,7 +113,12 @@ class GatewayModel:
         self.leases = InlineLeases(self.view, self.store, config.server.lease_ttl_s)
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
         self.admission: AdmissionControl[Queued] = AdmissionControl(
-            config.admission, limits, self.store, run_to_completion, config.server.lease_ttl_s
+            config.admission,
+            limits,
+            self.store,
+            run_to_completion,
+            config.server.lease_ttl_s,
+            fair=FairShare(weights(config)),
         )
         self.outcomes = Outcomes(
             self.leases, self.registry, self.breakers, self.view, run_to_completion
@@ -128,6 +136,10 @@ class GatewayModel:
     def refresh(self) -> None:
         """`SharedView.run`'s step: one store read for every endpoint."""
         run_to_completion(self.view.refresh())
+
+    def sync_fair_share(self, now_s: float) -> None:
+        """`Admission.sync_fair_share`'s step: the fairness counters sent and read back."""
+        run_to_completion(self.admission.fair.sync(self.store, now_s))
 
     def probe(self, healthy: Mapping[str, bool], now_s: float) -> None:
         """`HealthChecker.check_once`, with each probe's answer given by the fleet."""
@@ -219,12 +231,16 @@ class GatewayModel:
         `limit_headers`: a provider's rate-limit headers; `progress`: an engine stream's."""
         self.outcomes.finished(endpoint_id, route, result, limit_headers, now_s, progress)
         self.admission.finished(route, now_s)
+        cached = result.cached_tokens or 0
+        self.admission.served(route, result.prompt_tokens, cached, result.output_tokens)
         chain = self.chains.pop(route.request_id, None)
         if chain is not None and result.cached_tokens is not None and result.outcome == "ok":
             cached, prompt = result.cached_tokens, result.prompt_tokens
             answered(self.prefix, endpoint_id, route, chain, cached, prompt, now_s)
 
     def request_done(self, route: RouteRequest, now_s: float) -> None:
-        """`Admission.finished`: the tenant's concurrency slot goes back."""
+        """`Admission.finished`: the tenant's concurrency slot goes back (and a fairness
+        charge, if it was admitted, is taken back)."""
         self.admission.finished(route, now_s)
+        self.admission.served(route, 0, 0, 0)
         self.chains.pop(route.request_id, None)

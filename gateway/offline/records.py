@@ -44,6 +44,7 @@ class LoadRecord:
     e2e_s: float | None = None
     cached_tokens: int = 0  # of the prompt, found in the engine's prefix cache
     decision: str = ""  # x-slo-gateway-decision: the policy's reason (slo_met, explore, ...)
+    queued_s: float = 0.0  # offline: from arrival to leaving admission (the deadline queue)
 
     @property
     def lateness_s(self) -> float:
@@ -93,9 +94,10 @@ def served(
     now_s: float,
     tpot_s: float | None,
     cached_tokens: int | None,
+    queued_s: float = 0.0,
 ) -> LoadRecord:
     """A request the simulator served: `flight` = (endpoint, attempts, output tokens, the
-    policy's reason)."""
+    policy's reason); `queued_s`: how long it waited for admission."""
     endpoint, attempts, tokens, decision = flight
     return _record(
         request_id,
@@ -110,6 +112,7 @@ def served(
         e2e_s=now_s - planned.arrival_s,
         cached_tokens=cached_tokens or 0,
         decision=decision,
+        queued_s=queued_s,
     )
 
 

@@ -18,6 +18,8 @@ generous where a noisy machine moves the numbers, exact where the gateway promis
     sessions_slow, sessions_fast, sessions_rag   prefix reuse: multi-turn chat sessions, RAG
                   documents (prefix_scenarios.py)
     reaction      a 2.5x burst, then an engine slowed 3x (gateway/offline/reaction_scenarios.py)
+    noisy_neighbour  two tenants of one class, one bursting about 8x: fair share inside a class
+                  (gateway/offline/fairness_scenarios.py)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.config.settings import TenantLimits
+from gateway.offline.fairness_scenarios import noisy_neighbour
 from gateway.offline.prefix_scenarios import sessions_fast, sessions_rag, sessions_slow
 from gateway.offline.reaction_scenarios import reaction
 from gateway.offline.scenario import (
@@ -339,4 +342,5 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "sessions_fast": sessions_fast,
     "sessions_rag": sessions_rag,
     "reaction": reaction,
+    "noisy_neighbour": noisy_neighbour,
 }

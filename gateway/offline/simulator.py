@@ -13,8 +13,9 @@ Discrete events on one heap, in time order (ties in insertion order):
     timeout      a hung attempt reaching the gateway's first-byte timeout
     fault        a scenario fault patch, applied to a member's `FaultState`
     background   the gateway's periodic work, at its configured intervals: the shared-view
-                 refresh, the engine scrape, the health probes, and the admission queue's
-                 dispatcher (every 20 ms while requests wait)
+                 refresh, the engine scrape, the health probes, the fairness counters' sync
+                 (every second), and the admission queue's dispatcher (every 20 ms while
+                 requests wait)
 Attempts fail over along the ranking before the first token, as `gateway/server/router.py` does
 (at most `max_attempts`, at once when there is another endpoint, else after Retry-After).
 Requests still running `drain_s` after the scenario's duration are recorded as errors
@@ -42,10 +43,11 @@ from gateway.offline.scenario import FaultEvent, Scenario
 from gateway.offline.session_turns import SessionTurns
 from gateway.offline.trace import PlannedRequest
 from gateway.telemetry.record import Finished
+from gateway.telemetry.usage_counters import FLUSH_EVERY_S
 from policies.admission import Admit, Queue, Reason, Reject
 from policies.base import EndpointSnapshot, RouteRequest
 
-STEP, PROVIDER_END, RETRY, TIMEOUT, FAULT, REFRESH, SCRAPE, PROBE, DISPATCH, TURN = range(10)
+STEP, PROVIDER_END, RETRY, TIMEOUT, FAULT, REFRESH, SCRAPE, PROBE, DISPATCH, TURN, FAIR = range(11)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,7 @@ class Simulator:
             self._push(fault.at_s, FAULT, fault)
         for kind in (REFRESH, SCRAPE, PROBE):  # the lifespan starts them all at once
             self._push(0.0, kind, None)
+        self._push(FLUSH_EVERY_S, FAIR, None)  # its loop sleeps first
         for index, planned in enumerate(self.plan):
             if self.turns.waits(index):
                 continue  # it arrives when its previous turn ends (a TURN event)
@@ -149,6 +152,9 @@ class Simulator:
         if kind == REFRESH:
             self.gateway.refresh()
             interval_s = state.refresh_s
+        elif kind == FAIR:
+            self.gateway.sync_fair_share(now_s)
+            interval_s = FLUSH_EVERY_S
         elif kind == SCRAPE:
             for engine_id, engine in self.engines.items():
                 self.gateway.scrapes.put(engine_id, scraped_state(engine.snapshot()), now_s)
@@ -222,7 +228,7 @@ class Simulator:
             self._end(index, 503, "no_endpoint", now_s, route)
             return
         order = tuple(s.endpoint_id for s in ranking.endpoints)
-        self._attempt(Flight(index, route, order, ranking.reason), now_s)
+        self._attempt(Flight(index, route, order, ranking.reason, now_s), now_s)
 
     # -- attempts ----------------------------------------------------------------------------
 
@@ -328,8 +334,9 @@ class Simulator:
         tpot_s = (now_s - first_s) / (tokens - 1) if tokens > 1 else None
         self._observe(flight, now_s, "ok", 200, first_s=first_s, tpot_s=tpot_s)
         where = (flight.endpoint_id, flight.attempt, tokens, flight.decision)
+        queued_s = flight.routed_s - planned.arrival_s
         self._records[flight.index] = served(
-            planned, route.request_id, where, first_s, now_s, tpot_s, flight.cached
+            planned, route.request_id, where, first_s, now_s, tpot_s, flight.cached, queued_s
         )
         self._turn_over(flight.index, now_s)
 

@@ -1,7 +1,8 @@
 """`AdmissionControl` (gateway/core/admission_control.py) on the live request path, on the wall
 clock: a request that must wait does so as a future in the deadline queue, which a dispatcher
-task (owned by the app lifespan) releases by deadline; refusals are counted and raised as the
-error the client gets."""
+task (owned by the app lifespan) releases by deadline, within a class least-served fairness key
+first; refusals are counted and raised as the error the client gets. The fairness counters go
+to the shared store and come back every second (`sync_fair_share`), off the request path."""
 
 from __future__ import annotations
 
@@ -20,16 +21,18 @@ from gateway.core.admission_control import (
     TenantTicket,
     rejection,
 )
+from gateway.core.fair_share import FairShare
 from gateway.core.usage import UsageBatch
 from gateway.errors import Rejected
 from gateway.state.background import Background, run_now
 from gateway.state.memory_store import MemoryStatsStore
+from gateway.state.redis_store import FAILURES
 from gateway.state.resilient import writes_at_once
 from gateway.state.store import StatsStore
 from gateway.state.usage import UsageLine
 from gateway.telemetry.metrics import Metrics, log
 from gateway.telemetry.record import RequestRecord
-from gateway.telemetry.usage_counters import flush_every
+from gateway.telemetry.usage_counters import FLUSH_EVERY_S, flush_every
 from gateway.upstream.grammar import StreamGrammar
 from gateway.watch.endpoints import Registry
 from policies.admission import AdmissionParams, Admit, Reason, Reject
@@ -56,8 +59,10 @@ class Admission:
         lease_ttl_s: float,
         registry: Registry,
         budgets: Mapping[str, TenantBudget | None] | None = None,
+        weights: Mapping[str, float] | None = None,
     ) -> None:
-        """`registry`: the endpoints, whose prices a budgeted request's cost is predicted at."""
+        """`registry`: the endpoints, whose prices a budgeted request's cost is predicted at;
+        `weights`: each tenant's fairness weight (1 where not named)."""
         self.registry = registry
         # Settlements only queue for the write-behind (or finish in memory): no task needed.
         write = run_now if writes_at_once(store) else background.spawn
@@ -65,7 +70,15 @@ class Admission:
         # of it settles the batch first. Over Redis other replicas read it, so it goes at once.
         batch = UsageBatch() if isinstance(store, MemoryStatsStore) else None
         self.control: AdmissionControl[_Waiter] = AdmissionControl(
-            params, limits, store, background.spawn, lease_ttl_s, budgets, write, batch
+            params,
+            limits,
+            store,
+            background.spawn,
+            lease_ttl_s,
+            budgets,
+            write,
+            batch,
+            FairShare(weights),
         )
         self.metrics = metrics
         self.states = self.control.states
@@ -77,8 +90,10 @@ class Admission:
         params: AdmissionParams,
         limits: Mapping[str, TenantLimits],
         budgets: Mapping[str, TenantBudget | None] | None = None,
+        weights: Mapping[str, float] | None = None,
     ) -> None:
         self.control.reconfigure(params, limits, budgets)
+        self.control.fair.weights = weights or {}
         self._budgeted = _budgeted(budgets)
 
     def footprint(self, route: RouteRequest) -> int:
@@ -86,16 +101,17 @@ class Admission:
 
     async def admit(
         self, route: RouteRequest, current: Sequence[EndpointSnapshot], snapshots: Snapshots
-    ) -> list[EndpointSnapshot]:
-        """The candidates this request may use now (`current`); waits in the deadline queue
-        if it must, then takes fresh `snapshots()`."""
+    ) -> tuple[list[EndpointSnapshot], bool]:
+        """The candidates this request may use now (`current`), and whether it waited for
+        fairness (later requests of its class went first); waits in the deadline queue if it
+        must, then takes fresh `snapshots()`."""
         decision, eligible = self.control.admit(route, current, time.time())
         if isinstance(decision, Reject):
             raise self._shed(route, decision.status, decision.reason, decision.retry_after_s)
         if isinstance(decision, Admit):
-            return eligible
-        current = await self._wait(route, decision.deadline_s, snapshots)
-        return self.control.eligible(route, current)
+            return eligible, False
+        current, deferred = await self._wait(route, decision.deadline_s, snapshots)
+        return self.control.eligible(route, current), deferred
 
     def _shed(self, route: RouteRequest, status: int, reason: Reason, retry_s: float) -> Rejected:
         self.metrics.shed.labels(route.slo.name, route.tenant, reason.value).inc()
@@ -103,19 +119,26 @@ class Admission:
 
     async def _wait(
         self, route: RouteRequest, deadline_s: float, snapshots: Snapshots
-    ) -> Sequence[EndpointSnapshot]:
+    ) -> tuple[Sequence[EndpointSnapshot], bool]:
         waiter = _Waiter(route, snapshots)
         if not self.control.enqueue(waiter, deadline_s):
             raise self._shed(route, 503, Reason.QUEUE_FULL, self.control.params.retry_after_s)
         self.metrics.queued.labels(route.slo.name).inc()
         self.metrics.queue_depth.set(len(self.control.queue))
         self._wake.set()
+        started = time.time()
         try:
             await waiter.done
         finally:
+            deferred = self.control.waited_for_fairness(route)  # the note dropped either way
             self.control.withdraw(waiter)
             self.metrics.queue_depth.set(len(self.control.queue))
-        return snapshots()
+            self.metrics.queue_wait.labels(route.slo.name, route.tenant).observe(
+                time.time() - started
+            )
+        if deferred:
+            self.metrics.fair_waits.labels(route.slo.name, route.tenant).inc()
+        return snapshots(), deferred
 
     def flush_usage(self) -> None:
         """Settle the batched usage (before anything reads it)."""
@@ -125,6 +148,19 @@ class Admission:
         """The batched usage settled every second, and once more at shutdown (owned by the
         runtime, like `run`)."""
         await flush_every(self.flush_usage)
+
+    async def sync_fair_share(self) -> None:
+        """The fairness counters sent and read back every second (owned by the runtime)."""
+        fair = self.control.fair
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            try:
+                await fair.sync(self.control.store, time.time())
+            except FAILURES as exc:
+                log.debug("fairness counters not synced: %r", exc)
+            for slo_class, counters in fair.shared.items():
+                for key, tokens in counters.tokens.items():
+                    self.metrics.fair_share.labels(slo_class, key).set(tokens)
 
     async def run(self) -> None:
         """The dispatcher, owned by the app lifespan: expire, then dispatch by deadline."""
@@ -188,11 +224,18 @@ class Admission:
         return charged
 
     def finished(self, route: RouteRequest, record: RequestRecord) -> None:
-        """The tenant's concurrency slot back, and the request settled on what it used."""
+        """The tenant's concurrency slot back, and the request settled on what it used (its
+        fairness charge too)."""
         now = time.time()
         self.control.finished(route, now)
         alerted = partial(self._alert, route) if route.tenant in self._budgeted else None
-        self.control.settle(route, _ticket(record), usage_line(route, record), now, alerted)
+        line = usage_line(route, record)
+        self.control.settle(route, _ticket(record), line, now, alerted)
+        if line is None:
+            self.control.served(route, 0, 0, 0)
+        else:
+            prompt, cached, output = line.prompt_tokens, line.cached_tokens, line.completion_tokens
+            self.control.served(route, prompt, cached, output)
 
     def _alert(self, route: RouteRequest, window: str) -> None:
         budget = self.control.budgets.get(route.tenant)

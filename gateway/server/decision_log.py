@@ -10,7 +10,8 @@ from policies.base import Ranking, RouteRequest
 
 DECISION_LOG_SIZE = 1000
 
-Logged = tuple[float, RouteRequest, Ranking, str, float]  # at_s, request, ranking, policy, queued
+# at_s, request, ranking, policy, queued, waited for fair share (later ones of its class first)
+Logged = tuple[float, RouteRequest, Ranking, str, float, bool]
 
 
 class DecisionLog:
@@ -32,7 +33,7 @@ class DecisionLog:
 
     @staticmethod
     def _entry(logged: Logged) -> dict[str, Any]:
-        at_s, request, ranking, policy, waited_s = logged
+        at_s, request, ranking, policy, waited_s, deferred = logged
         return {
             "at_s": at_s,
             "request_id": request.request_id,
@@ -52,6 +53,8 @@ class DecisionLog:
             "at_risk": ranking.at_risk,
             "reason": ranking.reason,
             "queued_s": round(waited_s, 4),
+            "fairness_key": request.fairness_key or request.tenant,
+            "waited_for_fairness": deferred,
             "steps": _steps(ranking),
         }
 

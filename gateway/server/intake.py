@@ -35,6 +35,8 @@ _WANTED = frozenset(
         b"anthropic-version",
         b"anthropic-beta",
         b"x-session-id",
+        b"x-fairness-id",
+        b"x-gateway-inference-fairness-id",
     }
 )
 
@@ -98,7 +100,17 @@ def route_request(
         stream=stream,
         seq=runtime.next_seq(),
         session=session_of(headers, intake.body),
+        fairness_key=fairness_key_of(intake.caller, headers),
     )
+
+
+def fairness_key_of(caller: Caller, headers: dict[bytes, str]) -> str | None:
+    """A sub-tenant the client named (`x-fairness-id`, else the Kubernetes inference gateway's
+    `x-gateway-inference-fairness-id`), where its tenant allows one: "<tenant>/<id>"."""
+    if not caller.config.fairness.sub_ids:
+        return None
+    named = headers.get(b"x-fairness-id") or headers.get(b"x-gateway-inference-fairness-id")
+    return f"{caller.tenant}/{named}" if named else None
 
 
 def session_of(headers: dict[bytes, str], body: dict[str, Any]) -> str | None:

@@ -217,7 +217,7 @@ class Router:
             raise self._none_available(request, call)
         admitted_at = time.perf_counter()
         with tracing.span("admission"):
-            eligible = await self.admission.admit(
+            eligible, deferred = await self.admission.admit(
                 request, candidates, lambda: self.snapshots(request.model, call)
             )
         waited_s = time.perf_counter() - admitted_at
@@ -232,7 +232,7 @@ class Router:
             raise NoEndpointAvailable(
                 "The routing policy found no endpoint for this request.", code="no_endpoint"
             )
-        self.decisions.append((time.time(), request, ranking, self.policy.name, waited_s))
+        self.decisions.append((time.time(), request, ranking, self.policy.name, waited_s, deferred))
         record.ranking, record.queued_s = ranking, waited_s
         return ranking
 

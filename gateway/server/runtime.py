@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config.settings import GatewayConfig, Settings
+from gateway.core.fair_share import weights
 from gateway.server.admission_queue import Admission
 from gateway.server.auth import KeyRing
 from gateway.server.finisher import Finisher
@@ -119,6 +120,7 @@ class Runtime:
             config.server.lease_ttl_s,
             registry,
             budgets,
+            weights(config),
         )
         policy = build_policy(config.policy)
         router = Router(
@@ -157,6 +159,7 @@ class Runtime:
             self.health.run(),
             self.admission.run(),
             self.admission.settle_batches(),
+            self.admission.sync_fair_share(),
             self.router.finisher.leases.run(),
             self.metrics.usage.run(),
         ]
@@ -172,7 +175,7 @@ class Runtime:
         self.keyring = KeyRing(config)
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
         budgets = {name: tenant.budget for name, tenant in config.tenants.items()}
-        self.admission.reconfigure(config.admission, limits, budgets)
+        self.admission.reconfigure(config.admission, limits, budgets, weights(config))
         self.router.policy = build_policy(config.policy)
         self.config = self.config.model_copy(
             update={

@@ -14,6 +14,8 @@
     <prefix>{tenant:<tenant>}:held        string  the live holds' sum (pico-USD)
     <prefix>{tenant:<tenant>}:alert:<d|m>:<n>  string  that window's soft budget alert was raised
     <prefix>{tenant:<tenant>}:usage:<hour>     hash  usage of one UTC hour (gateway/state/usage.py)
+    <prefix>{fair:<class>}:tokens         hash  fairness key -> weighted served tokens
+    <prefix>{fair:<class>}:seen           hash  fairness key -> when last charged (unix s)
     <prefix>{resp:<response id>}:owner    string  the endpoint that stored a Responses API
                                           response (JSON), with the endpoint's retention as TTL
 
@@ -38,6 +40,9 @@ TTL_MARGIN_S = 5.0
 # A spend key outlives its day or month by a day: a request settled just after midnight still
 # finds the window it is counted in, whatever the skew.
 SPEND_TTL_MARGIN_S = 86400.0
+# Fairness counters outlive the idle spell after which a key is forgotten anyway
+# (policies/fair_share.py FORGET_S).
+FAIR_TTL_S = 600.0
 USAGE_RETENTION_S = 35 * 86400.0  # hourly usage buckets kept (config: state.usage_retention_days)
 
 
@@ -83,6 +88,10 @@ class KeySpace:
 
     def usage(self, tenant: str, hour: int) -> str:
         return self.tenant(tenant, f"usage:{hour}")
+
+    def fair(self, slo_class: str, part: str) -> str:
+        """`part`: "tokens" or "seen"; both in one slot, so one script updates them."""
+        return f"{self.prefix}{{fair:{slo_class}}}:{part}"
 
     def response_owner(self, response_id: str) -> str:
         return f"{self.prefix}{{resp:{response_id}}}:owner"

@@ -25,6 +25,7 @@ from gateway.state.store import (
 )
 from gateway.state.usage import BudgetQuota, Settlement, UsageRow
 from policies.base import LatencyEstimate
+from policies.fair_share import NO_COUNTERS, Counters, charged
 from policies.step_change import FAST_BUCKET_S, FAST_BUCKETS
 
 _Fields = dict[str, float]
@@ -60,6 +61,7 @@ class MemoryStatsStore:
         self._rates: dict[str, dict[int, int]] = {}
         self._breakers: dict[str, BreakerState] = {}
         self._cooldowns: dict[str, float] = {}
+        self._fair: dict[str, Counters] = {}  # class -> its fairness counters
         # endpoint -> (newest bucket and fast bucket it was computed at, estimate): weights change
         # only when a bucket ends, so an estimate holds until then or the next observation.
         self._estimates: dict[str, tuple[tuple[int, int], LatencyEstimate]] = {}
@@ -210,6 +212,13 @@ class MemoryStatsStore:
         """The window's slots (older ones dropped first)."""
         self._rate(key, 0, None, quota.window_s, now)
         return dict(self._rates.get(key, {}))
+
+    async def charge_fair_share(
+        self, slo_class: str, charges: Mapping[str, float], *, now: float
+    ) -> Counters:
+        counters = charged(self._fair.get(slo_class, NO_COUNTERS), charges, now)
+        self._fair[slo_class] = counters
+        return counters
 
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy

@@ -13,6 +13,7 @@ from gateway.state.keys import KeySpace
 from gateway.state.rate import slot_range, slot_ttl_s
 from gateway.state.store import Alerted, EndpointStats
 from gateway.state.usage import NO_BUDGET, Settlement
+from policies.fair_share import Counters
 
 NO_LIMIT = -1
 
@@ -120,3 +121,12 @@ def fast_sums(buckets: Sequence[Mapping[Any, Any]]) -> dict[str, float]:
 
 def decoded(reply: Mapping[Any, Any]) -> dict[str, float]:
     return {text(name): float(value) for name, value in reply.items()}
+
+
+def fair_counters(reply: Sequence[Any]) -> Counters:
+    """The fair_charge script's flat reply (key, tokens, seen, ...) as counters."""
+    tokens, seen_s = {}, {}
+    for i in range(0, len(reply), 3):
+        key = text(reply[i])
+        tokens[key], seen_s[key] = float(reply[i + 1]), float(reply[i + 2])
+    return Counters(tokens, seen_s)

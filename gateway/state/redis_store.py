@@ -37,6 +37,7 @@ from gateway.state.rate import slot_range, slot_ttl_s
 from gateway.state.redis_calls import (
     NO_LIMIT,
     announce,
+    fair_counters,
     hold_member,
     lease_args,
     limit_arg,
@@ -55,6 +56,7 @@ from gateway.state.store import (
     TenantVerdict,
 )
 from gateway.state.usage import Settlement, UsageRow
+from policies.fair_share import ACTIVE_S, FORGET_S, Counters
 from policies.step_change import FAST_BUCKET_S, FAST_BUCKETS
 
 SCRIPTS = (
@@ -66,6 +68,7 @@ SCRIPTS = (
     "cool_down",
     "tenant_admit",
     "tenant_settle",
+    "fair_charge",
 )
 _VERDICTS: tuple[TenantVerdict, ...] = ("admitted", "requests", "tokens", "concurrency", "budget")
 # What a failed call to Redis raises: its own errors, a dropped connection, a timeout.
@@ -285,6 +288,19 @@ class RedisStatsStore:
 
     async def release_tenant(self, tenant: str, request_id: str, *, now: float) -> None:
         await self.client.zrem(self.keys.tenant(tenant, "concurrency"), request_id)
+
+    async def charge_fair_share(
+        self, slo_class: str, charges: Mapping[str, float], *, now: float
+    ) -> Counters:
+        args: list[str | float | int] = [now, ACTIVE_S, FORGET_S, keys.ttl_ms(keys.FAIR_TTL_S)]
+        for key, amount in charges.items():
+            args += [key, amount]
+        reply = await self._eval(
+            "fair_charge",
+            keys=[self.keys.fair(slo_class, "tokens"), self.keys.fair(slo_class, "seen")],
+            args=args,
+        )
+        return fair_counters(reply)
 
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy

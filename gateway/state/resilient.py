@@ -29,6 +29,7 @@ from gateway.state.store import (
 from gateway.state.usage import Settlement, UsageRow
 from gateway.state.writebehind import WriteBehind
 from gateway.telemetry.metrics import log
+from policies.fair_share import Counters
 
 T = TypeVar("T")
 Release = Callable[[StatsStore], Awaitable[None]]
@@ -215,6 +216,15 @@ class ResilientStore:
     ) -> BreakerState:
         return await self._run(
             lambda s: s.record_result(endpoint_id, ok=ok, now=now, policy=policy), decides=False
+        )
+
+    async def charge_fair_share(
+        self, slo_class: str, charges: Mapping[str, float], *, now: float
+    ) -> Counters:
+        """Off the request path (a replica's batch, every second), so a failure is no
+        evidence of an outage."""
+        return await self._run(
+            lambda s: s.charge_fair_share(slo_class, charges, now=now), decides=False
         )
 
     async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:

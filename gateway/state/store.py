@@ -13,6 +13,8 @@ Callers pass `now` (unix seconds, wall clock: replicas compare it) so tests can 
                     at once, or none; release_tenant gives the concurrency slot back
     usage           settle: a finished request's tokens reservation corrected to real usage,
                     its spend and usage buckets, in one write; usage() reads the buckets
+    fair share      charge_fair_share: a class's fairness counters charged (a new or returning
+                    key lifted to the least active one first) and read back, in one atomic call
     health          record_result / claim_trial: the shared circuit breaker (breaker.py);
                     cool_down: a provider's Retry-After, shared
 """
@@ -26,6 +28,7 @@ from typing import Literal, NamedTuple, Protocol
 from gateway.state.breaker import BreakerPolicy, BreakerState
 from gateway.state.usage import BudgetQuota, Settlement, UsageRow
 from policies.base import LatencyEstimate
+from policies.fair_share import Counters
 
 SampleKind = Literal["whole", "first_token", "progress", "rest"]
 
@@ -150,6 +153,14 @@ class StatsStore(Protocol):
         self, tenants: Sequence[str], *, since_hour: int, until_hour: int
     ) -> list[UsageRow]:
         """The usage buckets of hours since_hour <= h < until_hour, one row per group."""
+        ...
+
+    async def charge_fair_share(
+        self, slo_class: str, charges: Mapping[str, float], *, now: float
+    ) -> Counters:
+        """Add weighted served tokens to the class's fairness counters by key, as
+        `policies.fair_share.charged` does, and return every counter of the class afterwards
+        (no charges: only read them)."""
         ...
 
     async def record_result(

@@ -195,6 +195,26 @@ class Metrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        self.queue_wait = Histogram(
+            "slo_gateway_queue_wait_seconds",
+            "How long requests waited in the deadline queue (dispatched, expired or gone).",
+            ["slo_class", "tenant"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+        self.fair_waits = Counter(
+            "slo_gateway_fair_waits",
+            "Requests that waited while later ones of their class went first by fair share.",
+            ["slo_class", "tenant"],
+            registry=r,
+        )
+        self.fair_share = Gauge(
+            "slo_gateway_fair_share_tokens",
+            "Fairness counter: weighted served tokens of a fairness key in its class, as the "
+            "shared store last answered (the least goes first when the class queues).",
+            ["slo_class", "fairness_key"],
+            registry=r,
+        )
 
     def _endpoints(self, r: CollectorRegistry) -> None:
         self.redis_up = Gauge(

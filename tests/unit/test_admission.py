@@ -200,7 +200,7 @@ class TestDeadlineQueue:
         for item, deadline_s in [("late", 9.0), ("early", 2.0), ("tie-1", 5.0), ("tie-2", 5.0)]:
             assert queue.push(item, deadline_s)
         popped = [queue.pop(now_s=0.0) for _ in range(5)]
-        assert popped == ["early", "tie-1", "tie-2", "late", None]
+        assert [p.item if p else None for p in popped] == ["early", "tie-1", "tie-2", "late", None]
 
     def test_is_bounded(self) -> None:
         queue: DeadlineQueue[int] = DeadlineQueue(max_size=2)
@@ -225,8 +225,9 @@ class TestDeadlineQueue:
         queue.push("doomed", deadline_s=1.0, service_s=5.0)
         queue.push("batch", deadline_s=2.0)
         queue.push("interactive", deadline_s=3.0)
-        assert queue.pop(now_s=0.0, fits=lambda item: item == "interactive") == "interactive"
-        assert queue.pop(now_s=0.0) == "batch"
+        popped = queue.pop(now_s=0.0, fits=lambda item: item == "interactive")
+        assert popped is not None and popped.item == "interactive"
+        assert (popped := queue.pop(now_s=0.0)) is not None and popped.item == "batch"
         assert queue.pop(now_s=0.0) is None
         assert queue.drop_expired(now_s=0.0) == ["doomed"]
 
@@ -237,7 +238,7 @@ class TestDeadlineQueue:
         queue.push(second, 2.0)
         assert queue.remove(first)
         assert not queue.remove(first)
-        assert queue.pop(now_s=0.0) is second
+        assert (popped := queue.pop(now_s=0.0)) is not None and popped.item is second
 
 
 def kv_endpoint(kv_usage: float, in_flight_tokens: int = 0) -> EndpointSnapshot:

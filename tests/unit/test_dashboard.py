@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.config.settings import SloClassConfig
-from gateway.server.dashboard.board import judge, tally
+from gateway.server.dashboard.board import judge, served, tally
 from gateway.server.dashboard.explain import explain
 from gateway.server.dashboard.page import SPARK_H, SPARK_W, fmt, points, render
 from gateway.server.dashboard.readings import Totals
@@ -41,6 +41,23 @@ def test_explains_an_at_risk_choice_and_a_queue_wait() -> None:
     assert "predicted p95 TTFT 900 ms > 500 ms target" in text
     assert "no endpoint is predicted to meet the SLO" in text
     assert text.endswith("waited 250 ms in the admission queue")
+
+
+def test_explains_a_wait_for_fair_share() -> None:
+    text = explain(decision(queued_s=0.3, waited_for_fairness=True, fairness_key="acme/a"), None)
+    assert text.endswith("less-served keys of its class went first (acme/a waited for fair share)")
+    assert "fair share" not in explain(decision(waited_for_fairness=False), None)
+
+
+def test_a_tenant_is_served_its_uncached_prompt_and_its_output() -> None:
+    totals = Totals(
+        {},
+        {},
+        {},
+        tokens={("acme", "prompt"): 900, ("acme", "cached"): 600, ("acme", "completion"): 50},
+        fair_waits={("chat", "acme"): 3, ("batch", "acme"): 1, ("chat", "zeta"): 7},
+    )
+    assert served(totals, "acme") == {"served_tokens": 350, "fair_waits": 4}
 
 
 def test_explains_deadline_classes_and_policies_without_predictions() -> None:

@@ -62,6 +62,8 @@ def test_lookup_finds_each_endpoints_depth_and_predicts_tokens() -> None:
     assert round(annotated.cached_tokens["b"]) == 1000  # the whole prompt
     assert 0 < annotated.cached_tokens["a"] < 1000
     assert index.match(chain_of(body("something else"))) == {"a": 1, "b": 1}  # the system prompt
+    sub_tenant = request(1000)._replace(fairness_key="t/team-a")
+    assert with_cached(sub_tenant, index, long) == annotated._replace(fairness_key="t/team-a")
     assert (
         with_cached(request(), index, chain_of({"model": "x", "prompt": "q"})).cached_tokens == {}
     )

@@ -18,8 +18,12 @@ polling and for scripts, and rendered server-side into the page's first state.
                         the judged ones; errors count every request whose outcome was not ok
                         (slo_gateway_requests_total: refused, failed, cancelled)
     tenants[]           name, allowed_classes, window / total as for classes (queued: null),
-                        plus spend_usd (at the endpoints' prices) and cost_per_1k_met_usd
-                        (spend per thousand SLO-met requests; null before any is met)
+                        plus spend_usd (at the endpoints' prices), cost_per_1k_met_usd
+                        (spend per thousand SLO-met requests; null before any is met),
+                        served_tokens (uncached prompt + output) and fair_waits (requests
+                        that waited while later ones of their class went first); and
+                        fair_share_tokens {class: fairness counter, its sub-tenants' added}
+                        as the shared store last answered (policies/fair_share.py)
     decisions[]         newest first: the router's decision log entries plus `explanation`
 
 Endpoint fields are merged over replicas (the store); class and tenant counts are this
@@ -205,11 +209,34 @@ def tenants(runtime: Runtime, window: Totals, total: Totals) -> list[dict[str, A
         {
             "name": name,
             "allowed_classes": tenant.allowed_classes,
-            "window": tally(window, tenant=name) | spend(window, name),
-            "total": tally(total, tenant=name) | spend(total, name),
+            "window": tally(window, tenant=name) | spend(window, name) | served(window, name),
+            "total": tally(total, tenant=name) | spend(total, name) | served(total, name),
+            "fair_share_tokens": fair_share(runtime, name),
         }
         for name, tenant in runtime.config.tenants.items()
     ]
+
+
+def served(totals: Totals, tenant: str) -> dict[str, int]:
+    """What the tenant was served (fair share counts it, unweighted) and how often one of its
+    requests waited for fairness."""
+    tokens = {key[1]: n for key, n in totals.tokens.items() if key[0] == tenant}
+    uncached = tokens.get("prompt", 0.0) - tokens.get("cached", 0.0)
+    waits = sum(n for key, n in totals.fair_waits.items() if key[1] == tenant)
+    return {
+        "served_tokens": round(uncached + tokens.get("completion", 0.0)),
+        "fair_waits": round(waits),
+    }
+
+
+def fair_share(runtime: Runtime, tenant: str) -> dict[str, int]:
+    """The tenant's fairness counter per class (its own key and its sub-tenants')."""
+    found: dict[str, int] = {}
+    for slo_class, counters in runtime.admission.control.fair.shared.items():
+        mine = [n for key, n in counters.tokens.items() if key.split("/", 1)[0] == tenant]
+        if mine:
+            found[slo_class] = round(sum(mine))
+    return found
 
 
 def spend(totals: Totals, tenant: str) -> dict[str, float | None]:

@@ -39,6 +39,9 @@ def explain(decision: Mapping[str, Any], slo: SloClassConfig | None) -> str:
     queued_s = decision.get("queued_s") or 0.0
     if queued_s >= QUEUED_SHOWN_S:
         parts.append(f"waited {_ms(queued_s)} in the admission queue")
+    if decision.get("waited_for_fairness"):
+        key = decision.get("fairness_key") or decision.get("tenant")
+        parts.append(f"less-served keys of its class went first ({key} waited for fair share)")
     parts += [
         _step(endpoint_id, step) for endpoint_id, step in (decision.get("steps") or {}).items()
     ]

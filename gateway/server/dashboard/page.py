@@ -202,7 +202,13 @@ def tenant_table(doc: Mapping[str, Any]) -> str:
             f"{cell(t, 'total.spend_usd', 'usd')} since start</small></td>"
             f'<td class="num">{cell(t, "window.cost_per_1k_met_usd", "usd")}</td>'
         )
-        return f'<th scope="row">{html.escape(t["name"])}</th>' + _counts(t, queued=False) + money
+        fair = (
+            f'<td class="num">{cell(t, "window.served_tokens", "num")}<small>'
+            f"{cell(t, 'window.fair_waits', 'num')} waited for fairness</small></td>"
+            f"<td>{cell(t, 'fair_share_tokens', 'reasons')}</td>"
+        )
+        name = f'<th scope="row">{html.escape(t["name"])}</th>'
+        return name + _counts(t, queued=False) + money + fair
 
     return _rows("tenants", doc["tenants"], row)
 
@@ -289,7 +295,8 @@ _PAGE = """<!doctype html>
 <h2>Tenants</h2>
 <table>
 <thead><tr><th>Tenant</th><th>Judged</th><th>SLO met</th><th>Shed, by reason</th>
-<th>Not ok, by outcome</th><th>Since start</th><th>Spend</th><th>Per 1k SLO met</th></tr></thead>
+<th>Not ok, by outcome</th><th>Since start</th><th>Spend</th><th>Per 1k SLO met</th>
+<th>Served tokens</th><th>Fair share counter, by class</th></tr></thead>
 <tbody>{tenants}</tbody>
 </table>
 </section>

@@ -65,6 +65,8 @@ class Totals:
     queued: Mapping[Key, float]  # (class,)
     outcomes: Mapping[Key, float] = field(default_factory=dict)  # (class, tenant, outcome)
     cost: Mapping[Key, float] = field(default_factory=dict)  # (tenant,) USD at endpoint prices
+    tokens: Mapping[Key, float] = field(default_factory=dict)  # (tenant, prompt|cached|completion)
+    fair_waits: Mapping[Key, float] = field(default_factory=dict)  # (class, tenant)
 
     def minus(self, earlier: Totals) -> Totals:
         return Totals(
@@ -73,6 +75,8 @@ class Totals:
             _minus(self.queued, earlier.queued),
             _minus(self.outcomes, earlier.outcomes),
             _minus(self.cost, earlier.cost),
+            _minus(self.tokens, earlier.tokens),
+            _minus(self.fair_waits, earlier.fair_waits),
         )
 
 
@@ -88,6 +92,8 @@ def totals(metrics: Metrics) -> Totals:
         _counts(metrics.queued, ("slo_class",)),
         _counts(metrics.requests, ("slo_class", "tenant", "outcome")),
         _counts(metrics.usage_cost, ("tenant",)),
+        _counts(metrics.usage_tokens, ("tenant", "kind")),
+        _counts(metrics.fair_waits, ("slo_class", "tenant")),
     )
 
 

@@ -1,0 +1,138 @@
+"""Fair share inside a class through the real gateway: the fairness key a request counts to (the
+tenant, or a sub-tenant its header names where the tenant allows it), the counters on /metrics
+and in the decision log, and the noisy_neighbour scenario live (Locust, the gateway and the
+simulated fleet on loopback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from benchmarks.noisy_neighbour import POLICY, Measures, measure, variant
+from gateway.config.settings import Settings
+from gateway.offline.fairness_scenarios import NOISY, QUIET
+from gateway.state.keys import KeySpace
+from tests.fixtures.gateway import (
+    ADMIN_KEY,
+    OTHER_TENANT_KEY,
+    TENANT_KEY,
+    chat_body,
+    config,
+    counter_sum,
+    endpoint,
+    engine,
+    eventually,
+    fleet_member,
+    one_engine_gateway,
+    running_gateway,
+    tenants_with,
+)
+from tests.fixtures.live_runs import needs_locust
+
+pytestmark = pytest.mark.integration
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def chat(base_url: str, key: str, headers: dict[str, str]) -> httpx.Response:
+    return httpx.post(
+        base_url + "/v1/chat/completions",
+        json=chat_body(max_tokens=3),
+        headers={"authorization": f"Bearer {key}"} | headers,
+    )
+
+
+def test_a_sub_tenant_named_by_header_counts_on_its_own_where_the_tenant_allows() -> None:
+    tenants = tenants_with(acme={"fairness": {"sub_ids": True}})
+    with one_engine_gateway(tenants=tenants) as gw:
+        named = chat(gw.base_url, TENANT_KEY, {"x-fairness-id": "team-a"})
+        gie = chat(gw.base_url, TENANT_KEY, {"x-gateway-inference-fairness-id": "team-b"})
+        plain = chat(gw.base_url, TENANT_KEY, {})
+        ignored = chat(gw.base_url, OTHER_TENANT_KEY, {"x-fairness-id": "team-a"})
+        assert all(r.status_code == 200 for r in (named, gie, plain, ignored))
+        decisions = httpx.get(gw.base_url + "/admin/decisions", headers=ADMIN).json()["decisions"]
+
+        def counted() -> bool:
+            text = httpx.get(gw.base_url + "/metrics").text
+            return all(
+                counter_sum(text, "slo_gateway_fair_share_tokens", fairness_key=key) > 0
+                for key in ("acme/team-a", "acme/team-b", "acme", "zeta")
+            )
+
+        assert eventually(counted, timeout_s=10.0)  # synced with the store every second
+    keys = {d["fairness_key"] for d in decisions}
+    assert keys == {"acme/team-a", "acme/team-b", "acme", "zeta"}
+    assert not any(d["waited_for_fairness"] for d in decisions)  # an idle fleet: nobody waits
+
+
+def fair_share_tokens(base_url: str, key: str) -> float:
+    text = httpx.get(base_url + "/metrics").text
+    return counter_sum(text, "slo_gateway_fair_share_tokens", fairness_key=key)
+
+
+@pytest.mark.redis
+def test_two_replicas_share_the_counters_through_the_store(redis_url: str, key_prefix: str) -> None:
+    """What each replica served counts at the other after their syncs, and the shared
+    counters expire on their own."""
+    shared = Settings(GATEWAY_REDIS_URL=redis_url, redis_prefix=key_prefix, request_log=False)
+    with fleet_member(engine()) as engine_url:
+        data = config([endpoint("e1", engine_url)])
+        with (
+            running_gateway(data, settings=shared) as a,
+            running_gateway(data, settings=shared) as b,
+        ):
+            assert chat(a.base_url, TENANT_KEY, {}).status_code == 200
+            assert eventually(lambda: fair_share_tokens(a.base_url, "acme") > 0)
+            alone = fair_share_tokens(a.base_url, "acme")
+            assert chat(b.base_url, TENANT_KEY, {}).status_code == 200
+
+            def agreed() -> bool:
+                seen_a = fair_share_tokens(a.base_url, "acme")
+                return seen_a > alone and fair_share_tokens(b.base_url, "acme") == seen_a
+
+            assert eventually(agreed)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        ttl_ms = client.pttl(KeySpace(key_prefix).fair("interactive", "tokens"))
+    finally:
+        client.close()
+    assert ttl_ms > 0
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Measures]:
+    """The noisy_neighbour variants live, seed 1: without the burst, FIFO, fair."""
+    from loadtests.live import LiveOptions, run_live  # Locust is an optional extra
+
+    found = {}
+    for name in ("alone", "fifo", "fair"):
+        scenario = variant(name)
+        out: Path = tmp_path_factory.mktemp(name)
+        run = run_live(scenario, out, LiveOptions(policy=POLICY, seed=1))
+        found[name] = measure(run.records, scenario)
+    return found
+
+
+@needs_locust
+@pytest.mark.timeout(600)
+def test_under_a_burst_the_quiet_tenant_keeps_its_attainment(live: dict[str, Measures]) -> None:
+    """Within 3 points of its attainment without the burst; first come, first served loses
+    more than that (so the scenario can tell the two apart)."""
+    alone = live["alone"][f"{QUIET}_attainment"]
+    assert live["fair"][f"{QUIET}_attainment"] >= alone - 0.03, live
+    assert live["fifo"][f"{QUIET}_attainment"] < alone - 0.03, live
+
+
+@needs_locust
+@pytest.mark.timeout(600)
+def test_the_noisy_tenant_still_gets_what_the_quiet_one_leaves(live: dict[str, Measures]) -> None:
+    """Fair share is work-conserving: the fleet serves as much under it as first come, first
+    served (within 10%), and the burst gets far more than the noisy tenant's steady share."""
+    served = {
+        name: found[f"{QUIET}_served_tokens"] + found[f"{NOISY}_served_tokens"]
+        for name, found in live.items()
+    }
+    assert served["fair"] >= 0.9 * served["fifo"], served
+    assert live["fair"][f"{NOISY}_served_tokens"] > 1.5 * live["alone"][f"{NOISY}_served_tokens"]
