@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
 from gateway.config.settings import Api
+from gateway.core.engine_hints import EngineHints
 from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
 from gateway.server.auth import Caller
 from gateway.server.runtime import Runtime
@@ -55,6 +56,11 @@ class Intake:
     body: dict[str, Any]
     record: RequestRecord
     headers: dict[bytes, str]
+
+    def hints(self, route: RouteRequest) -> EngineHints | None:
+        """The class's engine priority and service tier for this caller (every generating API
+        takes them; embeddings pass as sent)."""
+        return self.runtime.keyring.hints(self.caller, route.slo.name)
 
 
 async def take(request: Request, *, api_key_header: bool = False) -> Intake:

@@ -74,6 +74,7 @@ async def handle(request: Request, send: Send) -> None:
         "responses",
         owner=owner.endpoint_id if owner else None,
         store=fields.store,
+        hints=intake.hints(route),
     )
     await intake.runtime.router.handle(route, call, intake.record, request.receive, send)
 
