@@ -3,10 +3,11 @@ stored-response routes (GET and DELETE `/v1/responses/{id}`, `POST .../cancel`, 
 .../input_items`), which go to the response's owner (gateway/server/response_owners.py).
 
 Routing reads `model`, `stream`, `max_output_tokens`, `input` (a string or items),
-`instructions`, `tools`, `previous_response_id` and `store` (default true); every other field
-passes through untouched. A turn with `previous_response_id` is pinned to the endpoint that
-stored its parent, and its prompt estimate includes the parent's tokens. Errors have OpenAI's
-shape; an unknown or lost response is a 404 that says why.
+`instructions`, `tools`, `previous_response_id` and `store` (default true); a body `request_id`
+(vLLM's extra field naming the response) is dropped, so a client never chooses a stored id;
+every other field passes through untouched. A turn with `previous_response_id` is pinned to the
+endpoint that stored its parent, and its prompt estimate includes the parent's tokens. Errors
+have OpenAI's shape; an unknown or lost response is a 404 that says why.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ async def handle(request: Request, send: Send) -> None:
     intake = await take(request)
     body = intake.body
     fields = response_fields(body)
+    # vLLM names the response after a body `request_id`: a client choosing it could take over
+    # another's stored response at the engine, so the engine picks the id
+    body.pop("request_id", None)
     owner = None
     if fields.previous_response_id is not None:
         owner = await _parent(intake.runtime, fields, intake.caller.tenant)
@@ -122,7 +126,7 @@ async def _parent(runtime: Runtime, fields: Fields, tenant: str) -> Owner:
 async def _owner(
     runtime: Runtime, response_id: str, tenant: str, param: str | None
 ) -> tuple[Owner, EndpointConfig]:
-    owner = await runtime.router.owners.find(response_id)
+    owner = await runtime.router.owners.find(tenant, response_id)
     if owner is None or owner.tenant != tenant:
         raise ResponseNotFound(
             f"No response with id {response_id!r} is known to this gateway: it was never stored "
@@ -176,7 +180,7 @@ async def _at_owner(request: Request, response_id: str, method: str, suffix: str
     if status in (404, 405):  # it lost the response, or does not serve the route (vLLM)
         raise owner_lost(endpoint.id, param=None)
     if method == "DELETE" and status < 300:
-        await runtime.router.owners.forget(response_id)
+        await runtime.router.owners.forget(caller.tenant, response_id)
     whole = parsed(body) if status < 300 else None
     if whole is not None and runtime.config.server.response_model == "public":
         body = restamp_whole(body, whole, owner.public_model)

@@ -12,6 +12,7 @@ from gateway.config.settings import GatewayConfig, Settings
 from gateway.server.admission_queue import Admission
 from gateway.server.auth import KeyRing
 from gateway.server.finisher import Finisher
+from gateway.server.response_owners import ResponseOwners
 from gateway.server.router import Router
 from gateway.state import keys
 from gateway.state.background import Background
@@ -132,6 +133,7 @@ class Runtime:
             finisher,
             metrics,
             redactor_for(config),
+            ResponseOwners.over(store, config.state.stored_responses_per_tenant),
         )
         return cls(
             config,
