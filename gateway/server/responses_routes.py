@@ -26,9 +26,11 @@ from gateway.server import openapi
 from gateway.server.intake import invalid, model_of, positive_int, route_request, stream_flag, take
 from gateway.server.response_owners import Owner
 from gateway.server.runtime import Runtime
+from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import UpstreamCall, owner_lost
 from gateway.upstream.grammar import parsed, restamp_whole
 from gateway.upstream.responses_events import RESPONSES
+from policies.base import RouteRequest
 
 documented = APIRouter()
 
@@ -98,6 +100,13 @@ def response_fields(body: dict[str, Any]) -> Fields:
     store = body.get("store", True)
     if not isinstance(store, bool) and store is not None:
         raise invalid("'store' must be a boolean.", "store")
+    if body.get("background") not in (None, False):
+        # the engine would run it after the answer, unseen: outside limits, usage and budget
+        raise invalid(
+            "'background' responses are not served by this gateway: send the request without "
+            "it (stream it to follow it as it runs).",
+            "background",
+        )
     return Fields(
         model,
         stream_flag(body),
@@ -166,11 +175,28 @@ async def input_items(response_id: str, request: Request) -> Response:
 
 
 async def _at_owner(request: Request, response_id: str, method: str, suffix: str) -> Response:
-    """Relay one call about a stored response to its owner, and only there."""
+    """Relay one call about a stored response to its owner, and only there. It is one of the
+    tenant's requests (its requests_per_min, a concurrency slot while it runs), known id or
+    not, with no tokens."""
     runtime: Runtime = request.app.state.runtime
     caller = runtime.keyring.caller(request.headers.get("authorization"))
     request.state.tenant = caller.tenant
-    owner, endpoint = await _owner(runtime, response_id, caller.tenant, None)
+    slo = runtime.keyring.slo(caller, None)
+    route = RouteRequest(
+        request.state.request_id, "", caller.tenant, slo, 0, seq=runtime.next_seq()
+    )
+    record: RequestRecord = request.state.record
+    await runtime.admission.admit_tenant(route, record)
+    try:
+        return await _relay(runtime, request, caller.tenant, response_id, method, suffix)
+    finally:
+        runtime.admission.finished(route, record)
+
+
+async def _relay(
+    runtime: Runtime, request: Request, tenant: str, response_id: str, method: str, suffix: str
+) -> Response:
+    owner, endpoint = await _owner(runtime, response_id, tenant, None)
     path = f"/responses/{response_id}{suffix}"
     if request.url.query:
         path += f"?{request.url.query}"
@@ -180,7 +206,7 @@ async def _at_owner(request: Request, response_id: str, method: str, suffix: str
     if status in (404, 405):  # it lost the response, or does not serve the route (vLLM)
         raise owner_lost(endpoint.id, param=None)
     if method == "DELETE" and status < 300:
-        await runtime.router.owners.forget(caller.tenant, response_id)
+        await runtime.router.owners.forget(tenant, response_id)
     whole = parsed(body) if status < 300 else None
     if whole is not None and runtime.config.server.response_model == "public":
         body = restamp_whole(body, whole, owner.public_model)

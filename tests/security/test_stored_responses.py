@@ -20,6 +20,7 @@ from tests.fixtures.gateway import (
     TENANT_KEY,
     one_engine_config,
     running_gateway,
+    tenants_with,
 )
 
 pytestmark = pytest.mark.integration
@@ -107,3 +108,32 @@ def test_an_owner_lives_its_endpoints_retention(store: str, request: pytest.Fixt
         time.sleep(0.7)
         with pytest.raises(openai.NotFoundError):
             acme.responses.retrieve(stored.id)
+
+
+def test_stored_response_calls_count_against_requests_per_min(
+    request: pytest.FixtureRequest,
+) -> None:
+    limited = tenants_with(acme={"limits": {"requests_per_min": 4}})
+    with gateway("memory", request, tenants=limited) as url, sdk(url, TENANT_KEY) as acme:
+        stored = acme.responses.create(model=PUBLIC_MODEL, input="x", max_output_tokens=2)
+        acme.responses.retrieve(stored.id)
+        acme.responses.input_items.list(stored.id)
+        with pytest.raises(openai.NotFoundError):  # an unknown id counts too
+            acme.responses.retrieve("resp_unknown")
+        with pytest.raises(openai.RateLimitError) as limited_call:
+            acme.responses.retrieve(stored.id)
+        assert limited_call.value.code == "tenant_rate_limited"
+        with pytest.raises(openai.RateLimitError):
+            acme.responses.delete(stored.id)
+
+
+def test_a_background_response_is_refused_naming_the_field(
+    request: pytest.FixtureRequest,
+) -> None:
+    with (
+        gateway("memory", request) as url,
+        sdk(url, TENANT_KEY) as acme,
+        pytest.raises(openai.BadRequestError) as refused,
+    ):
+        acme.responses.create(model=PUBLIC_MODEL, input="x", background=True, max_output_tokens=2)
+    assert refused.value.param == "background" and refused.value.code == "invalid_value"
