@@ -100,7 +100,8 @@ def response_fields(body: dict[str, Any]) -> Fields:
     store = body.get("store", True)
     if not isinstance(store, bool) and store is not None:
         raise invalid("'store' must be a boolean.", "store")
-    if body.get("background") not in (None, False):
+    background = body.get("background")
+    if background is not None and background is not False:  # 0 == False, yet not a boolean
         # the engine would run it after the answer, unseen: outside limits, usage and budget
         raise invalid(
             "'background' responses are not served by this gateway: send the request without "
