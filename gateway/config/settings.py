@@ -33,6 +33,7 @@ DEFAULT_APIS: dict[str, list[Api]] = {
     "openai": ["chat", "responses"],
 }
 RESPONSE_RETENTION_S = 30 * 86400.0  # OpenAI's and xAI's retention of stored responses
+STORED_RESPONSES_PER_TENANT = 10_000  # owners of stored responses kept per tenant (owners.py)
 ANTHROPIC_VERSION = "2023-06-01"  # sent upstream when the client sends none
 
 
@@ -289,6 +290,11 @@ class StateConfig(_Strict):
     breaker_failures: int = Field(5, ge=1, description="consecutive failures that open it")
     breaker_cooldown_s: float = Field(10.0, gt=0)
     usage_retention_days: float = Field(35.0, gt=0, description="hourly usage buckets kept")
+    stored_responses_per_tenant: int = Field(
+        STORED_RESPONSES_PER_TENANT,
+        ge=1,
+        description="owners of stored responses kept per tenant; the oldest go first",
+    )
 
 
 class GatewayConfig(_Strict):

@@ -1,9 +1,9 @@
 """A class's scheduling hints for the engines: vLLM's `priority`, OpenAI's `service_tier`.
 
 An SLO class may set `engine_priority` (vLLM's request `priority`: lower runs first) and
-`service_tier` (OpenAI's). For chat and completion requests (embeddings pass as sent),
-`AiohttpUpstream._body` adds them to the body it already copies for each attempt, so each
-endpoint of a failover gets only what it declares it takes:
+`service_tier` (OpenAI's). For chat, completions, Responses and Messages requests (embeddings
+and token counts pass as sent), `AiohttpUpstream._body` adds them to the body it already copies
+for each attempt, so each endpoint of a failover gets only what it declares it takes:
 - `priority` = the class's `engine_priority`, for endpoints with `priority_scheduling: true`;
 - `service_tier` = the class's `service_tier`, for endpoints whose `service_tiers` is true or
   lists that tier.

@@ -24,6 +24,7 @@ ones), so the index walk stays a few µs; encoding the text to bytes costs most 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -72,7 +73,7 @@ def _seed(body: Mapping[str, Any]) -> int:
         body.get("cache_salt"),
         body.get("system"),
     )
-    return xxh3_64_intdigest(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS, default=str))
+    return xxh3_64_intdigest(_sorted_json(parts))
 
 
 def _chain(messages: Sequence[Any], seed: int) -> PrefixChain:
@@ -119,7 +120,7 @@ def envelope_key(message: Any) -> int:
     envelope = [str(message.get("role", "")).encode(), str(message.get("name") or "").encode()]
     for extra in ("tool_calls", "tool_call_id"):
         if message.get(extra) is not None:
-            envelope.append(orjson.dumps(message[extra], option=orjson.OPT_SORT_KEYS, default=str))
+            envelope.append(_sorted_json(message[extra]))
     return xxh3_64_intdigest(_SEP.join(envelope))
 
 
@@ -129,22 +130,36 @@ def content_bytes(message: Any) -> bytes:
     if isinstance(message, str):
         return message.encode()
     if not isinstance(message, Mapping):
-        return orjson.dumps(message, option=orjson.OPT_SORT_KEYS, default=str)
+        return _sorted_json(message)
     content = message.get("content")
     if isinstance(content, str):
         return content.encode()
     if content is None:
         return b""
     if not isinstance(content, Sequence):
-        return orjson.dumps(content, option=orjson.OPT_SORT_KEYS, default=str)
+        return _sorted_json(content)
     pieces = []
     for part in content:
         text = part.get("text") if isinstance(part, Mapping) else None
         if isinstance(text, str):
             pieces.append(text.encode())
         else:
-            pieces.append(orjson.dumps(part, option=orjson.OPT_SORT_KEYS, default=str))
+            pieces.append(_sorted_json(part))
     return _SEP.join(pieces)
+
+
+def _sorted_json(value: Any) -> bytes:
+    """`value` as JSON with sorted keys, the bytes hashed for anything not plain text: orjson,
+    or the standard library where orjson refuses (an integer beyond 64 bits, nesting deeper
+    than 255), or nothing where both do: a prefix hint is not worth a failed request."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)
+    except TypeError:
+        pass
+    try:
+        return json.dumps(value, sort_keys=True, default=str).encode()
+    except (ValueError, RecursionError):
+        return b""
 
 
 def _plain_key(role: str) -> int:

@@ -82,6 +82,7 @@ async def handle(request: Request, send: Send) -> None:
         "messages",
         headers=_forwarded(intake),
         reply_headers=(("request-id", intake.record.request_id),),
+        hints=None if counting else intake.hints(route),  # counting schedules nothing
     )
     await intake.runtime.router.handle(route, call, intake.record, request.receive, send)
 

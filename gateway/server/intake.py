@@ -9,6 +9,7 @@ class comes from `x-slo-class`, or the inference gateway's `x-gateway-inference-
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +18,15 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
 from gateway.config.settings import Api
+from gateway.core.engine_hints import EngineHints
 from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
 from gateway.server.auth import Caller
 from gateway.server.runtime import Runtime
 from gateway.telemetry.record import RequestRecord
 from policies.base import RouteRequest
 
+# A JSON escape of a UTF-16 surrogate (paired or not): only a body holding one is walked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _WANTED = frozenset(
     {
         b"authorization",
@@ -57,6 +61,11 @@ class Intake:
     body: dict[str, Any]
     record: RequestRecord
     headers: dict[bytes, str]
+
+    def hints(self, route: RouteRequest) -> EngineHints | None:
+        """The class's engine priority and service tier for this caller (every generating API
+        takes them; embeddings pass as sent)."""
+        return self.runtime.keyring.hints(self.caller, route.slo.name)
 
 
 async def take(request: Request, *, api_key_header: bool = False) -> Intake:
@@ -136,7 +145,9 @@ async def read_body(
         raise _too_large(max_bytes)
     raw = await _read(request.receive, max_bytes)
     try:
-        body = json.loads(raw)
+        # decoded strictly here (a leading BOM allowed, as json.loads allows it): json.loads
+        # would let UTF-8-encoded surrogates through
+        body = json.loads(raw.decode("utf-8-sig"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # nesting too deep
         raise InvalidRequest(
             f"The request body is not valid JSON ({exc}). Send a JSON object with "
@@ -145,7 +156,48 @@ async def read_body(
         ) from None
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    if _SURROGATE_ESCAPE.search(raw) is not None:
+        _refuse_unpaired_surrogates(body)
     return body
+
+
+def _refuse_unpaired_surrogates(body: dict[str, Any]) -> None:
+    """A 400 naming the first string (or key) holding a `\\uD800`-`\\uDFFF` escape not paired
+    into one character: JSON's grammar allows it, but it is no Unicode text, so it can be
+    neither hashed, counted nor tokenized (Anthropic's API refuses such a body too). Walked
+    without recursion: bodies nest as deep as the parser allows."""
+    pending: list[tuple[Any, str]] = [(body, "")]
+    while pending:
+        value, path = pending.pop()
+        if isinstance(value, str):
+            if not _is_text(value):
+                raise _unpaired(path)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                inner = f"{path}.{key}" if path else key
+                if not _is_text(key):
+                    raise _unpaired(inner)
+                pending.append((item, inner))
+        elif isinstance(value, list):
+            pending.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unpaired(path: str) -> InvalidRequest:
+    where = path.encode("utf-8", "backslashreplace").decode()  # the message must encode
+    return InvalidRequest(
+        f"'{where}' holds an unpaired UTF-16 surrogate (a \\uD800-\\uDFFF escape without its "
+        "pair), which is not a Unicode character; send valid UTF-8 text.",
+        code="invalid_value",
+        param=where,
+    )
 
 
 async def _read(receive: Receive, max_bytes: int) -> bytes:

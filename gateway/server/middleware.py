@@ -10,10 +10,10 @@ request (the same string as the label when the client gave none).
 Recording: per API request it opens the record (gateway/telemetry/record.py) that the route
 finds in `request.state.record` and passes to the router, makes the request span current
 (gateway/telemetry/tracing.py, when tracing is on), watches what is sent back (the status, and
-the error code of an error body), and at the very end (after the last byte of a stream) sets the
-span's attributes, counts the request in `slo_gateway_requests_total` with its outcome (every
-API request, answered or refused, once) and writes one log line
-(gateway/telemetry/request_log.py).
+the error code: a refusal's `x-slo-gateway-reason`, else the error body's), and at the very end
+(after the last byte of a stream) sets the span's attributes, counts the request in
+`slo_gateway_requests_total` with its outcome (every API request, answered or refused, once)
+and writes one log line (gateway/telemetry/request_log.py).
 
 Both are one layer, so each message sent (every chunk of a stream) passes one wrapper, not two.
 """
@@ -24,6 +24,7 @@ import itertools
 import re
 import secrets
 import time
+from collections.abc import Iterable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -32,6 +33,7 @@ from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import RequestRecord
 
 API_PREFIX = "/v1/"
+REFUSALS = (429, 503)  # the statuses of a refusal, which names its code in a header
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # A random per-process prefix and a counter: unique across replicas and restarts in practice,
 # at a fraction of uuid4's cost per request.
@@ -71,6 +73,8 @@ class RequestMiddleware:
         async def recorded(message: Message) -> None:
             if message["type"] == "http.response.start":
                 record.status = message["status"]
+                if record.status in REFUSALS:
+                    record.error_code = _reason(message.get("headers", ()))
                 # The tenant's x-ratelimit-* headers go on every answer, refusals included.
                 message["headers"] = [*message.get("headers", ()), named, *record.limit_headers]
             elif record.status >= 400 and record.error_code is None:
@@ -96,6 +100,15 @@ class RequestMiddleware:
         if record.status == 0:
             record.status = 500
             record.error_code = record.error_code or "internal_error"
+
+
+def _reason(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """A refusal's code from its `x-slo-gateway-reason`: on the Anthropic routes the body has
+    no code (only a type), and the outcome (`rejected`) is read from the code."""
+    for name, value in headers:
+        if name == b"x-slo-gateway-reason":
+            return value.decode("latin-1")
+    return None
 
 
 def _naming(send: Send, named: tuple[bytes, bytes]) -> Send:

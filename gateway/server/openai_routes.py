@@ -79,11 +79,7 @@ async def handle(request: Request, send: Send) -> None:
         max_tokens=fields.max_tokens,
         stream=fields.stream,
     )
-    hints = (
-        intake.runtime.keyring.hints(intake.caller, route.slo.name)
-        if kind != "embeddings"
-        else None
-    )
+    hints = intake.hints(route) if kind != "embeddings" else None
     label = intake.record.request_id  # the client's x-request-id, forwarded as it came
     call = UpstreamCall(label, path, body, fields.model, fields.stream, hints=hints)
     await intake.runtime.router.handle(route, call, intake.record, request.receive, send)

@@ -65,6 +65,7 @@ RESPONSES_BODY: dict[str, Any] = {
         "previous_response_id": _STRING_OR_NULL,
         "store": {"type": ["boolean", "null"]},
         "tools": {"type": ["array", "null"]},
+        "background": {"enum": [False, None], "description": "Background responses are refused."},
     },
 }
 _MESSAGES = CHAT_BODY["properties"]["messages"]
@@ -191,6 +192,7 @@ def stored_route() -> dict[str, Any]:
     statuses = {
         "401": _ERROR_STATUSES["401"],
         "404": "No such stored response, or its owner no longer has it.",
+        "429": "A tenant limit: each call counts as one of the tenant's requests.",
         "502": "The owner did not answer.",
     }
     return {"responses": error_responses(statuses)}

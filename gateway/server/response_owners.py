@@ -6,7 +6,10 @@ response is created (its `response.created` event, or the whole answer), and aga
 tokens it took when it ends. `previous_response_id`, GET, DELETE, cancel and input_items go to
 the owner and nowhere else: if the owner is no longer configured, or no longer has the response
 (it restarted), the client gets a 404 that says so, never a silent reroute to an endpoint that
-would answer without the conversation. The record's TTL is the endpoint's `response_ttl_s`.
+would answer without the conversation. Records are kept per tenant (an id names a response
+only within the tenant that created it), never replaced by another write, and bounded: each
+lives the endpoint's `response_ttl_s`, and a tenant keeps at most
+`state.stored_responses_per_tenant`, the oldest evicted first (gateway/state/owners.py).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
-from gateway.config.settings import EndpointConfig
+from gateway.config.settings import STORED_RESPONSES_PER_TENANT, EndpointConfig
 from gateway.state.owners import OwnerStore, owner_store_for
 from gateway.state.store import StatsStore
 from gateway.telemetry.record import Finished
@@ -43,8 +46,9 @@ class ResponseOwners:
         self.store = store
 
     @classmethod
-    def over(cls, stats: StatsStore) -> ResponseOwners:
-        return cls(owner_store_for(stats))
+    def over(cls, stats: StatsStore, cap: int = STORED_RESPONSES_PER_TENANT) -> ResponseOwners:
+        """Kept where the stats are, at most `cap` per tenant (the oldest go first)."""
+        return cls(owner_store_for(stats, cap))
 
     async def remember(
         self,
@@ -53,8 +57,12 @@ class ResponseOwners:
         call: UpstreamCall,
         request: RouteRequest,
         result: Finished | None = None,
+        *,
+        created: bool = True,
     ) -> None:
-        """Note `endpoint` as the owner; `result`, once known, gives the tokens it took."""
+        """Note `endpoint` as the owner of a response just `created` (else: of one noted when
+        it was created, now with its tokens); `result`, once known, gives the tokens it took.
+        An id the tenant already has a live owner for keeps that owner."""
         if not endpoint.stores_responses:
             return
         owner = Owner(
@@ -66,10 +74,17 @@ class ResponseOwners:
             result.output_tokens if result else 0,
         )
         value = json.dumps(asdict(owner), separators=(",", ":"))
-        await self.store.put(response_id, value, ttl_s=endpoint.response_ttl_s, now=time.time())
+        await self.store.put(
+            request.tenant,
+            response_id,
+            value,
+            ttl_s=endpoint.response_ttl_s,
+            now=time.time(),
+            create=created,
+        )
 
-    async def find(self, response_id: str) -> Owner | None:
-        value = await self.store.get(response_id, now=time.time())
+    async def find(self, tenant: str, response_id: str) -> Owner | None:
+        value = await self.store.get(tenant, response_id, now=time.time())
         if value is None:
             return None
         try:
@@ -77,5 +92,5 @@ class ResponseOwners:
         except (ValueError, TypeError):
             return None  # written by an incompatible version: unknown
 
-    async def forget(self, response_id: str) -> None:
-        await self.store.delete(response_id)
+    async def forget(self, tenant: str, response_id: str) -> None:
+        await self.store.delete(tenant, response_id)

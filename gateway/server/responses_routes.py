@@ -3,10 +3,11 @@ stored-response routes (GET and DELETE `/v1/responses/{id}`, `POST .../cancel`, 
 .../input_items`), which go to the response's owner (gateway/server/response_owners.py).
 
 Routing reads `model`, `stream`, `max_output_tokens`, `input` (a string or items),
-`instructions`, `tools`, `previous_response_id` and `store` (default true); every other field
-passes through untouched. A turn with `previous_response_id` is pinned to the endpoint that
-stored its parent, and its prompt estimate includes the parent's tokens. Errors have OpenAI's
-shape; an unknown or lost response is a 404 that says why.
+`instructions`, `tools`, `previous_response_id` and `store` (default true); a body `request_id`
+(vLLM's extra field naming the response) is dropped, so a client never chooses a stored id;
+every other field passes through untouched. A turn with `previous_response_id` is pinned to the
+endpoint that stored its parent, and its prompt estimate includes the parent's tokens. Errors
+have OpenAI's shape; an unknown or lost response is a 404 that says why.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from gateway.server import openapi
 from gateway.server.intake import invalid, model_of, positive_int, route_request, stream_flag, take
 from gateway.server.response_owners import Owner
 from gateway.server.runtime import Runtime
+from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import UpstreamCall, owner_lost
 from gateway.upstream.grammar import parsed, restamp_whole
 from gateway.upstream.responses_events import RESPONSES
+from policies.base import RouteRequest
 
 documented = APIRouter()
 
@@ -51,6 +54,9 @@ async def handle(request: Request, send: Send) -> None:
     intake = await take(request)
     body = intake.body
     fields = response_fields(body)
+    # vLLM names the response after a body `request_id`: a client choosing it could take over
+    # another's stored response at the engine, so the engine picks the id
+    body.pop("request_id", None)
     owner = None
     if fields.previous_response_id is not None:
         owner = await _parent(intake.runtime, fields, intake.caller.tenant)
@@ -74,6 +80,7 @@ async def handle(request: Request, send: Send) -> None:
         "responses",
         owner=owner.endpoint_id if owner else None,
         store=fields.store,
+        hints=intake.hints(route),
     )
     await intake.runtime.router.handle(route, call, intake.record, request.receive, send)
 
@@ -93,6 +100,14 @@ def response_fields(body: dict[str, Any]) -> Fields:
     store = body.get("store", True)
     if not isinstance(store, bool) and store is not None:
         raise invalid("'store' must be a boolean.", "store")
+    background = body.get("background")
+    if background is not None and background is not False:  # 0 == False, yet not a boolean
+        # the engine would run it after the answer, unseen: outside limits, usage and budget
+        raise invalid(
+            "'background' responses are not served by this gateway: send the request without "
+            "it (stream it to follow it as it runs).",
+            "background",
+        )
     return Fields(
         model,
         stream_flag(body),
@@ -121,7 +136,7 @@ async def _parent(runtime: Runtime, fields: Fields, tenant: str) -> Owner:
 async def _owner(
     runtime: Runtime, response_id: str, tenant: str, param: str | None
 ) -> tuple[Owner, EndpointConfig]:
-    owner = await runtime.router.owners.find(response_id)
+    owner = await runtime.router.owners.find(tenant, response_id)
     if owner is None or owner.tenant != tenant:
         raise ResponseNotFound(
             f"No response with id {response_id!r} is known to this gateway: it was never stored "
@@ -161,11 +176,29 @@ async def input_items(response_id: str, request: Request) -> Response:
 
 
 async def _at_owner(request: Request, response_id: str, method: str, suffix: str) -> Response:
-    """Relay one call about a stored response to its owner, and only there."""
+    """Relay one call about a stored response to its owner, and only there. It is one of the
+    tenant's requests (its requests_per_min, a concurrency slot while it runs), known id or
+    not, with no tokens."""
     runtime: Runtime = request.app.state.runtime
     caller = runtime.keyring.caller(request.headers.get("authorization"))
     request.state.tenant = caller.tenant
-    owner, endpoint = await _owner(runtime, response_id, caller.tenant, None)
+    slo = runtime.keyring.slo(caller, None)
+    # keyed by the id the gateway minted: the client's x-request-id is only a label
+    route = RouteRequest(
+        request.state.gateway_id, "", caller.tenant, slo, 0, seq=runtime.next_seq()
+    )
+    record: RequestRecord = request.state.record
+    await runtime.admission.admit_tenant(route, record)
+    try:
+        return await _relay(runtime, request, caller.tenant, response_id, method, suffix)
+    finally:
+        runtime.admission.finished(route, record)
+
+
+async def _relay(
+    runtime: Runtime, request: Request, tenant: str, response_id: str, method: str, suffix: str
+) -> Response:
+    owner, endpoint = await _owner(runtime, response_id, tenant, None)
     path = f"/responses/{response_id}{suffix}"
     if request.url.query:
         path += f"?{request.url.query}"
@@ -175,7 +208,7 @@ async def _at_owner(request: Request, response_id: str, method: str, suffix: str
     if status in (404, 405):  # it lost the response, or does not serve the route (vLLM)
         raise owner_lost(endpoint.id, param=None)
     if method == "DELETE" and status < 300:
-        await runtime.router.owners.forget(response_id)
+        await runtime.router.owners.forget(tenant, response_id)
     whole = parsed(body) if status < 300 else None
     if whole is not None and runtime.config.server.response_model == "public":
         body = restamp_whole(body, whole, owner.public_model)

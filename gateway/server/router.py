@@ -165,7 +165,9 @@ class Router:
             self.finisher.finish(opened, request, result, record, progress)
             self.prefix.answered(opened.endpoint.id, request, chain, result)
         if call.store and watch.response_id:  # again, with the tokens it took
-            await self.owners.remember(watch.response_id, opened.endpoint, call, request, result)
+            await self.owners.remember(
+                watch.response_id, opened.endpoint, call, request, result, created=False
+            )
 
     async def _answer_whole(
         self,

@@ -13,6 +13,7 @@ from gateway.core.fair_share import weights
 from gateway.server.admission_queue import Admission
 from gateway.server.auth import KeyRing
 from gateway.server.finisher import Finisher
+from gateway.server.response_owners import ResponseOwners
 from gateway.server.router import Router
 from gateway.state import keys
 from gateway.state.background import Background
@@ -134,6 +135,7 @@ class Runtime:
             finisher,
             metrics,
             redactor_for(config),
+            ResponseOwners.over(store, config.state.stored_responses_per_tenant),
         )
         return cls(
             config,

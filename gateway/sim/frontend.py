@@ -39,6 +39,7 @@ from gateway.sim.wire import (
 )
 
 Outcome = Literal["completed", "cancelled", "dropped"]
+HINT_FIELDS = ("priority", "service_tier")  # recorded per request, for the gateway's tests
 _CLIENT_GONE = 499  # nobody reads it; nginx's code for "client closed request"
 
 
@@ -93,6 +94,8 @@ class SimStats:
     outcomes: dict[str, int] = field(default_factory=dict)
     last_model: str | None = None
     authorization_present: bool = False
+    # the scheduling fields of the last request, as they arrived (absent: not sent)
+    last_hints: dict[str, Any] = field(default_factory=dict)
 
     def begin(self) -> Flight:
         self.in_progress += 1
@@ -111,6 +114,7 @@ class SimStats:
             "errors_injected": self.errors_injected,
             "last_model": self.last_model,
             "authorization_present": self.authorization_present,
+            "last_hints": self.last_hints,
         }
 
 
@@ -271,6 +275,8 @@ class Frontend:
         self.stats.authorization_present = "authorization" in request.headers
         model = body.get("model") if isinstance(body, dict) else None
         self.stats.last_model = model if isinstance(model, str) else None
+        fields = body if isinstance(body, dict) else {}
+        self.stats.last_hints = {k: fields[k] for k in HINT_FIELDS if k in fields}
 
     def _check_auth(self, request: Request) -> None:
         key = self.options.api_key

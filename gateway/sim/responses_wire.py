@@ -15,6 +15,7 @@ replayed part; usage reports the cached tokens in `input_tokens_details.cached_t
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,8 +75,16 @@ def parse_response_request(
         max_tokens_given=max_tokens is not None,
         prompt_text=_rendered(body, items, parent),
         tool=forced_tool(body, "responses"),
+        request_id=_response_id(body),
     )
     return request, ResponsesWriter(request, body, items, store)
+
+
+def _response_id(body: dict[str, Any]) -> str:
+    """vLLM's: the body's `request_id` when given (an extra field it documents), else a new
+    `resp_` id."""
+    given = body.get("request_id")
+    return given if isinstance(given, str) and given else f"resp_{uuid.uuid4().hex}"
 
 
 def _rendered(
@@ -115,9 +124,9 @@ class ResponsesWriter:
         store: ResponseStore,
     ) -> None:
         self.request = request
-        self.id = "resp_" + request.request_id
-        self.message_id = "msg_" + request.request_id
-        self.call_item_id = "fc_" + request.request_id
+        self.id = request.request_id
+        self.message_id = "msg_" + request.request_id.removeprefix("resp_")
+        self.call_item_id = "fc_" + request.request_id.removeprefix("resp_")
         self.created_at = int(time.time())
         self.tokens_sent = 0
         self.details = PromptDetails()  # the token source fills in the cached tokens

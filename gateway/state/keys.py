@@ -16,8 +16,11 @@
     <prefix>{tenant:<tenant>}:usage:<hour>     hash  usage of one UTC hour (gateway/state/usage.py)
     <prefix>{fair:<class>}:tokens         hash  fairness key -> weighted served tokens
     <prefix>{fair:<class>}:seen           hash  fairness key -> when last charged (unix s)
-    <prefix>{resp:<response id>}:owner    string  the endpoint that stored a Responses API
-                                          response (JSON), with the endpoint's retention as TTL
+    <prefix>{tenant:<tenant>}:owners      hash  response id -> "<expiry ms>:<owner JSON>": the
+                                          endpoint that stored each of the tenant's Responses
+                                          API responses, until the endpoint's retention
+    <prefix>{tenant:<tenant>}:owner_order zset  response id -> creation (unix ms): the oldest
+                                          go first beyond the tenant's cap (owners.py)
 
 The prefix is versioned (`sg:v1:`): a change of layout bumps it, so old and new replicas never
 read each other's keys. The `{...}` hash tag puts all of an endpoint's keys in one Redis Cluster
@@ -93,5 +96,6 @@ class KeySpace:
         """`part`: "tokens" or "seen"; both in one slot, so one script updates them."""
         return f"{self.prefix}{{fair:{slo_class}}}:{part}"
 
-    def response_owner(self, response_id: str) -> str:
-        return f"{self.prefix}{{resp:{response_id}}}:owner"
+    def response_owners(self, tenant: str) -> tuple[str, str]:
+        """The tenant's owner map and the order its owners were created in."""
+        return self.tenant(tenant, "owners"), self.tenant(tenant, "owner_order")

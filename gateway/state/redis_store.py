@@ -61,6 +61,7 @@ from policies.step_change import FAST_BUCKET_S, FAST_BUCKETS
 
 SCRIPTS = (
     "lease_acquire",
+    "owner_put",
     "observe",
     "rate_window",
     "breaker_record",
@@ -194,7 +195,7 @@ class RedisStatsStore:
 
     async def observe(self, endpoint_id: str, sample: LatencySample) -> None:
         keys_, args = self._observe_call(endpoint_id, sample)
-        await self._eval("observe", keys=keys_, args=args)
+        await self.evaluate("observe", keys=keys_, args=args)
 
     def _observe_call(
         self, endpoint_id: str, sample: LatencySample
@@ -232,7 +233,7 @@ class RedisStatsStore:
             self.keys.budget_holds(tenant),
             self.keys.budget_held(tenant),
         ]
-        reply = await self._eval(
+        reply = await self.evaluate(
             "tenant_admit",
             keys=[*(self.keys.tenant(tenant, part) for part in parts), *budget_keys],
             args=[
@@ -267,7 +268,7 @@ class RedisStatsStore:
 
     async def settle(self, settlement: Settlement, alerted: Alerted | None = None) -> None:
         keys_, args = settle_call(self.keys, self.usage_retention_s, settlement)
-        reply = await self._eval("tenant_settle", keys=keys_, args=args)
+        reply = await self.evaluate("tenant_settle", keys=keys_, args=args)
         announce(reply, alerted)
 
     async def usage(
@@ -305,7 +306,7 @@ class RedisStatsStore:
     async def record_result(
         self, endpoint_id: str, *, ok: bool, now: float, policy: BreakerPolicy
     ) -> BreakerState:
-        reply = await self._eval(
+        reply = await self.evaluate(
             "breaker_record",
             keys=[self.keys.health(endpoint_id)],
             args=[now, int(ok), policy.failure_threshold, policy.cooldown_s, self._health_ttl()],
@@ -314,7 +315,7 @@ class RedisStatsStore:
         return BreakerState(int(fails), open_until, trial_until)
 
     async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
-        reply = await self._eval(
+        reply = await self.evaluate(
             "breaker_trial",
             keys=[self.keys.health(endpoint_id)],
             args=[now, policy.trial_timeout_s, self._health_ttl()],
@@ -323,7 +324,7 @@ class RedisStatsStore:
 
     async def cool_down(self, endpoint_id: str, *, until_s: float, now: float) -> float:
         ttl_s = max(keys.HEALTH_TTL_S, until_s - now + keys.TTL_MARGIN_S)
-        reply = await self._eval(
+        reply = await self.evaluate(
             "cool_down", keys=[self.keys.health(endpoint_id)], args=[until_s, keys.ttl_ms(ttl_s)]
         )
         return number(reply)
@@ -332,11 +333,11 @@ class RedisStatsStore:
         if self._owns_client:
             await self.client.aclose()
 
-    async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """One script by EVALSHA, the scripts loaded before the first (redis-py's own fallback,
-        a Script object's, is not used: on a cluster, many callers loading at once broke
-        connections, seen with redis-py 8.1), and again where a server lacks them (a replica a
-        failover promoted)."""
+    async def evaluate(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """One script of `SCRIPTS` (the owner store's too) by EVALSHA, the scripts loaded before
+        the first (redis-py's own fallback, a Script object's, is not used: on a cluster, many
+        callers loading at once broke connections, seen with redis-py 8.1), and again where a
+        server lacks them (a replica a failover promoted)."""
         sha = self._scripts[name].sha
         if not self._loaded:
             await self._load_scripts(0)
@@ -359,7 +360,7 @@ class RedisStatsStore:
     async def _lease(
         self, key: str, request_id: str, ttl_s: float, now: float, limit: int = NO_LIMIT
     ) -> tuple[bool, int]:
-        held, count = await self._eval(
+        held, count = await self.evaluate(
             "lease_acquire", keys=[key], args=lease_args(request_id, ttl_s, now, limit)
         )
         return bool(held), int(count)
@@ -368,7 +369,7 @@ class RedisStatsStore:
         self, key: str, cost: int, limit: int, window_s: float, now: float
     ) -> tuple[bool, int]:
         current, oldest = slot_range(now, window_s)
-        added, total = await self._eval(
+        added, total = await self.evaluate(
             "rate_window",
             keys=[self.keys.rate(key)],
             args=[current, oldest, cost, limit, keys.ttl_ms(slot_ttl_s(window_s))],

@@ -10,8 +10,9 @@ chunk. Every line has the same keys (null when unknown):
     method, path    e.g. POST /v1/chat/completions
     status          the HTTP status the client got (499: it left before the first byte)
     outcome         ok, client_error, rejected, upstream_error, cancelled, error
-    error_code      the error code the client got (e.g. saturated, invalid_value; on the
-                    Anthropic routes, which have no code, the error type)
+    error_code      the error code the client got (e.g. saturated, invalid_value): a
+                    refusal's reason on every API; other errors on the Anthropic routes,
+                    whose bodies have no code, give their type
     tenant, slo_class, model, stream
     endpoint        the last endpoint tried; attempts: how many were tried
     decision        the policy's reason (slo_met, slo_at_risk, explore, rotation, ...)

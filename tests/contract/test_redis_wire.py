@@ -11,6 +11,7 @@ from redis.asyncio import Connection, ConnectionPool, Redis
 from redis.crc import key_slot
 
 from gateway.state.breaker import BreakerPolicy
+from gateway.state.owners import RedisOwnerStore
 from gateway.state.redis_store import SCRIPTS, RedisStatsStore, Write
 from gateway.state.store import TenantCharge, TenantQuota
 from gateway.state.usage import BudgetQuota, Settlement, UsageLine
@@ -107,6 +108,8 @@ async def exercise_every_key(store: RedisStatsStore) -> None:
     await store.claim_trial("a", now=NOW + 60, policy=policy)
     await store.record_result("b", ok=False, now=NOW, policy=BreakerPolicy())
     await store.cool_down("c", until_s=NOW + 3600, now=NOW)
+    owners = RedisOwnerStore(store, timeout_s=1.0)
+    await owners.put("acme", "resp_1", "{}", ttl_s=60, now=NOW, create=True)
 
 
 async def test_every_key_has_a_ttl(redis_client: Redis, redis_url: str, key_prefix: str) -> None:
@@ -114,20 +117,22 @@ async def test_every_key_has_a_ttl(redis_client: Redis, redis_url: str, key_pref
     await exercise_every_key(store)
     found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}*")]
     # incl. a tenant's three limit keys, its day and month spend, a day alert, a usage hour,
-    # its budget holds and their sum, and a fast-window bucket
-    assert len(found) == 17
+    # its budget holds and their sum, its stored-response owners and their order, and a
+    # fast-window bucket
+    assert len(found) == 19
     for key in found:
         assert await redis_client.pttl(key) > 0, key
     assert await redis_client.pttl(store.keys.health("c")) > 3600_000
 
 
 async def test_a_tenants_keys_share_one_cluster_slot(redis_client: Redis, key_prefix: str) -> None:
-    """The admission and settlement scripts touch them together."""
+    """The admission, settlement and owner scripts touch them together."""
     store = RedisStatsStore(redis_client, prefix=key_prefix)
     await exercise_every_key(store)
     found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}{{tenant:acme}}*")]
-    # requests, tokens, concurrency, day and month spend, alert, usage, holds and their sum
-    assert len(found) == 9
+    # requests, tokens, concurrency, day and month spend, alert, usage, holds and their sum,
+    # owners and their order
+    assert len(found) == 11
     assert len({key_slot(key) for key in found}) == 1
 
 

@@ -129,6 +129,24 @@ def test_huge_max_tokens_is_the_endpoints_400_at_once(gateway: str, max_tokens: 
     assert response.elapsed.total_seconds() < 1.0
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        (CHAT, chat_body(max_tokens=2)),
+        ("/v1/responses", {"model": PUBLIC_MODEL, "input": "hi", "max_output_tokens": 2}),
+        ("/v1/completions", {"model": PUBLIC_MODEL, "prompt": "hi", "max_tokens": 2}),
+    ],
+)
+def test_an_integer_beyond_64_bits_in_hashed_fields_is_served(
+    gateway: str, path: str, body: dict[str, object]
+) -> None:
+    """The prompt's prefix hash reads the tools and non-text parts as JSON; an integer orjson
+    cannot write (valid JSON all the same) must not fail the request."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"max": 10**20}}}]
+    response = httpx.post(gateway + path, json=body | {"tools": tools}, headers=AUTH, timeout=10)
+    assert response.status_code == 200, response.text[:300]
+
+
 def test_nesting_at_the_recursion_limit_never_fails_the_gateway(gateway: str) -> None:
     limit = sys.getrecursionlimit()
     statuses = set()

@@ -3,6 +3,8 @@ simulated engines and providers (which speak Anthropic's events and errors)."""
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,10 +20,13 @@ from tests.fixtures.gateway import (
     PROVIDER_KEY,
     PUBLIC_MODEL,
     TENANT_KEY,
+    counter_sum,
     engine,
     fleet_gateway,
     gateway_for,
     one_engine_gateway,
+    runtime_of,
+    tenants_with,
 )
 from tests.fixtures.servers import UvicornThread
 
@@ -179,3 +184,22 @@ def test_a_repeated_prompt_reads_the_cache(gateway_url: str) -> None:
     assert again.usage.cache_read_input_tokens and again.usage.cache_read_input_tokens > 100
     total = again.usage.input_tokens + again.usage.cache_read_input_tokens
     assert total == first.usage.input_tokens
+
+
+def test_refusals_are_counted_as_refusals_like_chat() -> None:
+    """A 503 (no endpoint) and a 429 (tenant limit) on Messages are `rejected` with their
+    reason, as on chat: never `error` (the gateway-bug class) nor `client_error`."""
+    limited = tenants_with(acme={"limits": {"requests_per_min": 2}})
+    message = {"model": PUBLIC_MODEL, "max_tokens": 3, "messages": HI}
+    with one_engine_gateway(tenants=limited) as gw:
+        post = functools.partial(httpx.post, headers={"x-api-key": TENANT_KEY})
+        runtime_of(gw).registry.cool_down("e", time.time() + 30, "test")
+        unavailable = post(gw.base_url + "/v1/messages", json=message)
+        post(gw.base_url + "/v1/messages", json=message)
+        limited_answer = post(gw.base_url + "/v1/messages", json=message)
+        metrics = httpx.get(gw.base_url + "/metrics").text
+    assert (unavailable.status_code, limited_answer.status_code) == (503, 429)
+    count = functools.partial(counter_sum, metrics, "slo_gateway_requests_total")
+    assert count(outcome="rejected", reason="no_endpoint_available") == 2
+    assert count(outcome="rejected", reason="tenant_rate_limited") == 1
+    assert count(outcome="error") == count(outcome="client_error") == 0
