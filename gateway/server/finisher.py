@@ -99,6 +99,8 @@ class Finisher:
         if missed is not None:
             verdict = "missed" if missed else "met"
             self.metrics.slo.labels(request.slo.name, request.tenant, endpoint_id, verdict).inc()
+        if missed:
+            self.metrics.slo_missed.labels(request.slo.name, request.tenant, missed).inc()
 
     def _usage(
         self, opened: Opened, request: RouteRequest, result: Finished, record: RequestRecord

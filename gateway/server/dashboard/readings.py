@@ -65,6 +65,7 @@ class Totals:
     queued: Mapping[Key, float]  # (class,)
     outcomes: Mapping[Key, float] = field(default_factory=dict)  # (class, tenant, outcome)
     cost: Mapping[Key, float] = field(default_factory=dict)  # (tenant,) USD at endpoint prices
+    missed: Mapping[Key, float] = field(default_factory=dict)  # (class, tenant, target)
 
     def minus(self, earlier: Totals) -> Totals:
         return Totals(
@@ -73,6 +74,7 @@ class Totals:
             _minus(self.queued, earlier.queued),
             _minus(self.outcomes, earlier.outcomes),
             _minus(self.cost, earlier.cost),
+            _minus(self.missed, earlier.missed),
         )
 
 
@@ -88,6 +90,7 @@ def totals(metrics: Metrics) -> Totals:
         _counts(metrics.queued, ("slo_class",)),
         _counts(metrics.requests, ("slo_class", "tenant", "outcome")),
         _counts(metrics.usage_cost, ("tenant",)),
+        _counts(metrics.slo_missed, ("slo_class", "tenant", "target")),
     )
 
 
