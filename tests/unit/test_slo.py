@@ -6,7 +6,7 @@ from functools import partial
 
 from gateway.config.settings import SloClassConfig
 from gateway.core.slo import meets_slo
-from gateway.offline.records import LoadRecord
+from gateway.offline.records import LoadRecord, Outcome
 from gateway.offline.report import meets_slo as record_meets_slo
 from policies.base import SloTarget
 
@@ -62,15 +62,16 @@ def test_a_deadline_bounds_a_whole_answer() -> None:
 
 def test_the_offline_report_judges_like_the_live_outcome() -> None:
     config = SloClassConfig(ttft_ms=500, tpot_ms=50)
-    for ttft_s, tpot_s, e2e_s, outcome, stream in [
+    cases: list[tuple[float | None, float | None, float, Outcome, bool]] = [
         (0.4, 0.04, 3.0, "ok", True),
         (0.6, 0.04, 3.0, "ok", True),
         (None, None, 0.45, "ok", True),
         (None, None, 0.55, "ok", True),
-        (0.1, 0.01, 0.2, "upstream_error", True),
+        (0.1, 0.01, 0.2, "error", True),
         (None, None, 0.95, "ok", False),
         (None, None, 1.05, "ok", False),
-    ]:
+    ]
+    for ttft_s, tpot_s, e2e_s, outcome, stream in cases:
         record = LoadRecord(
             request_id="r",
             tenant="t",
