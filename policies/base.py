@@ -49,6 +49,19 @@ class SloTarget:
     # default_output_tokens): its KV footprint, its token reservation and its predicted cost
     default_output_tokens: int | None = None
 
+    def answer_budget_s(self, output_tokens: int) -> float | None:
+        """How long a non-streamed answer of `output_tokens` may take: the TTFT target plus the
+        TPOT target per token after the first, and no more than the deadline; None when the
+        class sets neither a TTFT target nor a deadline. The client sees no token before the
+        whole answer, so the streamed targets are held to the whole answer's time: an
+        embedding (no output tokens) has the TTFT target."""
+        budget_s = None
+        if self.ttft_s is not None:
+            budget_s = self.ttft_s + (self.tpot_s or 0.0) * max(0, output_tokens - 1)
+        if self.deadline_s is not None:
+            budget_s = self.deadline_s if budget_s is None else min(budget_s, self.deadline_s)
+        return budget_s
+
 
 class RouteRequest(NamedTuple):
     """One request as routing sees it (immutable; a NamedTuple, like `EndpointSnapshot`: built
@@ -61,7 +74,8 @@ class RouteRequest(NamedTuple):
     slo: SloTarget
     prompt_tokens: int
     max_tokens: int | None = None
-    stream: bool = False
+    # False: judged, and so predicted, by its whole answer (`SloTarget.answer_budget_s`)
+    stream: bool = True
     seq: int = 0  # a per-replica request counter, so rotation-based policies stay pure
     # the client's conversation key (x-session-id, else prompt_cache_key, else user), if any
     session: str | None = None
@@ -216,7 +230,9 @@ class Ranking(NamedTuple):
     at_risk: bool = False
     reason: str = ""
     predicted_ttft_p95_s: float | None = None  # the quantile judged against the class SLO
-    binding: str = ""  # the class target closest to being missed: ttft, tpot or deadline
+    # the class target closest to being missed: ttft, tpot or deadline; e2e for a request
+    # that does not stream (its whole answer against `SloTarget.answer_budget_s`)
+    binding: str = ""
     binding_p95_s: float | None = None  # the first endpoint's p95 judged against it
     binding_target_s: float | None = None  # that target
 

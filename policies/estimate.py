@@ -212,7 +212,7 @@ class Estimator:
             ttft_p95_s,
             tpot_mean_s,
             tpot_mean_s * fit.tpot_scale,
-            request.max_tokens or self.default_output_tokens,
+            self.default_output_tokens if request.max_tokens is None else request.max_tokens,
             load.queued,
             fit.cold,
             fit.uncertainty,

@@ -8,7 +8,10 @@ Method
 2. Headroom = min over the targets the class sets of (1 − predicted p95 / target):
        ttft_p95 vs ttft_s,   tpot_p95 vs tpot_s,   ttft_p95 + tpot_p95·N vs deadline_s
    (N = max_tokens or the estimate's default). A fraction of the SLO, so targets of different
-   units compare; +inf when the class sets no target.
+   units compare; +inf when the class sets no target. A request that does not stream is
+   judged by its whole answer (gateway/core/slo.py), so it is predicted by it alone:
+       e2e:  ttft_p95 + tpot_p95·(N − 1)  vs  min(ttft_s + tpot_s·(N − 1), deadline_s)
+   (`SloTarget.answer_budget_s`; an embedding has N = 0, so its TTFT p95 against ttft_s).
 3. Each endpoint falls in one of three tiers, and the ranking takes them in this order:
    - meets: headroom ≥ 0. Those with headroom ≥ `spill_margin` first, then the tight ones:
      the margin spills the requests most at risk (long prompts on a filling replica) to an
@@ -78,8 +81,12 @@ class Params(BaseModel):
     estimate: EstimateParams = EstimateParams()
 
 
-def ratio(slo: SloTarget, prediction: Prediction) -> float:
-    """The largest p95/target ratio over the targets the class sets (0 with none): ≤ 1 meets."""
+def ratio(slo: SloTarget, prediction: Prediction, stream: bool = True) -> float:
+    """The largest p95/target ratio over the targets the class sets (0 with none): ≤ 1 meets.
+    Without a stream, the whole answer's p95 over its budget."""
+    if not stream:
+        budget_s = slo.answer_budget_s(prediction.output_tokens)
+        return answer_p95_s(prediction) / budget_s if budget_s else 0.0
     worst = 0.0
     if slo.ttft_s is not None:
         worst = prediction.ttft_p95_s / slo.ttft_s
@@ -90,15 +97,26 @@ def ratio(slo: SloTarget, prediction: Prediction) -> float:
     return worst
 
 
-def headroom(slo: SloTarget, prediction: Prediction) -> float:
+def answer_p95_s(prediction: Prediction) -> float:
+    """The p95 of a whole answer's time: its first token, then N − 1 more."""
+    return prediction.ttft_p95_s + prediction.tpot_p95_s * max(0, prediction.output_tokens - 1)
+
+
+def headroom(slo: SloTarget, prediction: Prediction, stream: bool = True) -> float:
     """Fraction of the tightest target left over at the p95; negative when it is missed."""
     if slo.ttft_s is None and slo.tpot_s is None and slo.deadline_s is None:
         return math.inf
-    return 1.0 - ratio(slo, prediction)
+    return 1.0 - ratio(slo, prediction, stream)
 
 
-def binding(slo: SloTarget, prediction: Prediction) -> tuple[str, float | None, float | None]:
-    """The target with the largest p95/target ratio: (name, that p95, the target)."""
+def binding(
+    slo: SloTarget, prediction: Prediction, stream: bool = True
+) -> tuple[str, float | None, float | None]:
+    """The target with the largest p95/target ratio: (name, that p95, the target); without a
+    stream, the whole answer (`e2e`) against its budget."""
+    if not stream:
+        budget_s = slo.answer_budget_s(prediction.output_tokens)
+        return ("e2e", answer_p95_s(prediction), budget_s) if budget_s else ("", None, None)
     if not slo.tpot_s and not slo.deadline_s:  # a TTFT target alone (most classes): no ratios
         return ("ttft", prediction.ttft_p95_s, slo.ttft_s) if slo.ttft_s else ("", None, None)
     judged = (
@@ -149,10 +167,10 @@ class SloAware:
         return Ranking(
             tuple([candidates[i] for i in order]),
             first.ttft_mean_s,
-            headroom(slo, first) < 0,  # at_risk
+            headroom(slo, first, request.stream) < 0,  # at_risk
             reason,
             first.ttft_p95_s,
-            *binding(slo, first),
+            *binding(slo, first, request.stream),
         )
 
     def _explores(
@@ -198,12 +216,13 @@ def _tiers(
 ) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
     """Each candidate's sort key (see 3. above), in its tier's list."""
     slo, prompt_tokens, cached_of = request.slo, request.prompt_tokens, request.cached_tokens.get
+    stream = request.stream
     tenth = 0.1 * prompt_tokens + 1.0  # the uncached prompt is ranked in tenths of it
     meets: list[MeetsKey] = []
     unproven: list[OtherKey] = []
     misses: list[OtherKey] = []
     for index, (snapshot, prediction) in enumerate(zip(candidates, predictions, strict=True)):
-        worst = ratio(slo, prediction)
+        worst = ratio(slo, prediction, stream)
         uncertainty = prediction.uncertainty
         if not worst <= uncertainty * uncertainty:  # not even at the optimistic p95 (u ≥ 1)
             misses.append((worst, prediction.ttft_p95_s, rng.random(), index))

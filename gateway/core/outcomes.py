@@ -13,7 +13,7 @@ from typing import Protocol
 
 from gateway.core.progress import StreamProgress, Stretch
 from gateway.core.rate_limits import parse_rate_limits
-from gateway.core.slo import meets_slo
+from gateway.core.slo import missed_target
 from gateway.errors import AttemptFailed
 from gateway.state.background import Spawn
 from gateway.state.store import LatencySample, SampleKind, StatsStore
@@ -132,11 +132,11 @@ class Outcomes:
         limit_headers: Mapping[str, str] | None,
         now: float,
         progress: StreamProgress | None = None,
-    ) -> bool | None:
+    ) -> str | None:
         """A request that got an answer; `limit_headers`: a provider's rate-limit headers;
         `progress`: its stream's, when its first token was observed already (then only the rest
-        is). Whether it met its SLO; None when the client left (which says nothing about
-        either)."""
+        is). What missed its SLO ("" when it met it, gateway/core/slo.py); None when the client
+        left (which says nothing about either)."""
         in_flight = self.leases.in_flight_when_taken(endpoint_id, request.request_id)
         self.leases.drop(endpoint_id, request.request_id)
         if result.outcome != "cancelled":
@@ -163,12 +163,14 @@ class Outcomes:
             kind="rest" if parted else "whole",
         )
         self.observe(self.store.observe(endpoint_id, sample))
-        return meets_slo(
+        return missed_target(
             request.slo,
             ok=result.outcome == "ok",
             ttft_s=result.ttft_s,
             tpot_s=result.tpot_s,
             e2e_s=result.e2e_s,
+            stream=request.stream,
+            output_tokens=result.output_tokens,
         )
 
     def _record_health(self, endpoint_id: str, *, ok: bool, now: float) -> None:

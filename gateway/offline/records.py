@@ -45,6 +45,7 @@ class LoadRecord:
     cached_tokens: int = 0  # of the prompt, found in the engine's prefix cache
     decision: str = ""  # x-slo-gateway-decision: the policy's reason (slo_met, explore, ...)
     queued_s: float = 0.0  # offline: from arrival to leaving admission (the deadline queue)
+    stream: bool = True  # False: judged by its whole time against the class's answer budget
 
     @property
     def lateness_s(self) -> float:
@@ -144,13 +145,16 @@ _VALUES = attrgetter(*_FIELDS)
 
 def record_line(record: LoadRecord) -> str:
     """One JSONL line; `dataclasses.asdict` would cost several times more (it deep-copies each
-    value), and a run writes one line per request. `cached_tokens` only when some were, and
-    `decision` only when the gateway gave one (not for a refusal or a failure)."""
+    value), and a run writes one line per request. `cached_tokens` only when some were,
+    `decision` only when the gateway gave one (not for a refusal or a failure), and `stream`
+    only for a request that did not stream."""
     line = dict(zip(_FIELDS, _VALUES(record), strict=True))
     if not record.cached_tokens:
         del line["cached_tokens"]
     if not record.decision:
         del line["decision"]
+    if record.stream:
+        del line["stream"]
     return json.dumps(line) + "\n"
 
 

@@ -47,6 +47,8 @@ def meets_slo(record: LoadRecord, target: SloClassConfig) -> bool:
         ttft_s=record.ttft_s,
         tpot_s=record.tpot_s,
         e2e_s=record.e2e_s if record.e2e_s is not None else math.inf,
+        stream=record.stream,
+        output_tokens=record.output_tokens,
     )
 
 

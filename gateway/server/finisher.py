@@ -91,14 +91,16 @@ class Finisher:
         endpoint_id = opened.endpoint.id
         opened.release()
         limits = opened.headers if opened.endpoint.kind == "openai" else None
-        met = self.outcomes.finished(endpoint_id, request, result, limits, time.time(), progress)
-        record.result, record.slo_met = result, met
+        missed = self.outcomes.finished(endpoint_id, request, result, limits, time.time(), progress)
+        record.result, record.slo_met = result, None if missed is None else not missed
         self._usage(opened, request, result, record)
         self.metrics.upstream_attempts.labels(endpoint_id, result.outcome).inc()
         self._latency_histograms(endpoint_id, request, result)
-        if met is not None:
-            verdict = "met" if met else "missed"
+        if missed is not None:
+            verdict = "missed" if missed else "met"
             self.metrics.slo.labels(request.slo.name, request.tenant, endpoint_id, verdict).inc()
+        if missed:
+            self.metrics.slo_missed.labels(request.slo.name, request.tenant, missed).inc()
 
     def _usage(
         self, opened: Opened, request: RouteRequest, result: Finished, record: RequestRecord

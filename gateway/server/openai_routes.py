@@ -96,7 +96,9 @@ def route_fields(body: dict[str, Any], kind: Kind) -> Fields:
     model = model_of(body)
     stream = stream_flag(body)
     _required_input(body, kind)
-    return Fields(model, stream and kind != "embeddings", _max_tokens(body))
+    if kind == "embeddings":  # no output: judged and predicted by its TTFT alone
+        return Fields(model, False, 0)
+    return Fields(model, stream, _max_tokens(body))
 
 
 def _required_input(body: dict[str, Any], kind: Kind) -> None:

@@ -177,6 +177,13 @@ class Metrics:
             ["slo_class", "tenant", "endpoint", "result"],
             registry=r,
         )
+        self.slo_missed = Counter(
+            "slo_gateway_slo_missed",
+            "Judged requests that missed, by what missed (target: ttft, tpot, e2e or not_ok;"
+            " e2e is the deadline, or a whole answer's budget).",
+            ["slo_class", "tenant", "target"],
+            registry=r,
+        )
         self.shed = Counter(
             "slo_gateway_shed",
             "Requests refused by admission, by reason (also x-slo-gateway-reason).",

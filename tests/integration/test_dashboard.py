@@ -318,3 +318,38 @@ def test_the_page_shows_the_fleet_live_and_marks_the_broken_endpoint(stack: Stac
         assert page.rows[("endpoints", "vllm-a")]["class"] == "health-ok"
     assert judged_in_page(second, "interactive") > judged_in_page(first, "interactive")
     assert ARTIFACT.stat().st_size > 10_000
+
+
+def test_each_decision_shows_its_own_request_id_and_each_class_what_it_missed_by() -> None:
+    # interactive: a TPOT no stream meets; batch: a TTFT nothing meets (streamed), so its whole
+    # answers miss by their end-to-end budget; zeta's batch requests past 2 a minute are shed
+    classes = {
+        "interactive": {"ttft_ms": 60000, "tpot_ms": 0.001, "priority": 10},
+        "batch": {"ttft_ms": 0.001, "priority": 0, "sheddable": True},
+    }
+    limited = tenants_with(zeta={"limits": {"requests_per_min": 2}})
+    with fleet_gateway({"e": engine()}, classes=classes, tenants=limited) as (gw, _):
+        acme = {"authorization": f"Bearer {TENANT_KEY}"}
+        zeta = {"authorization": f"Bearer {OTHER_TENANT_KEY}"}
+        url = gw.base_url + "/v1/chat/completions"
+        for _ in range(2):
+            httpx.post(url, json=chat_body(stream=True, max_tokens=5), headers=acme)
+            httpx.post(url, json=chat_body(max_tokens=5), headers=acme)  # 60 s: met
+        for _ in range(4):  # two streamed (ttft), then two whole answers (e2e) or shed
+            httpx.post(url, json=chat_body(stream=True, max_tokens=5), headers=zeta)
+        for _ in range(3):
+            httpx.post(url, json=chat_body(max_tokens=5), headers=acme | {"x-slo-class": "batch"})
+        document = board(gw.base_url)
+        page = httpx.get(gw.base_url + "/dashboard", headers=ADMIN).text
+    by_class = {c["name"]: c["total"] for c in document["classes"]}
+    assert by_class["interactive"]["missed_by"] == {
+        "ttft": 0, "tpot": 2, "e2e": 0, "not_ok": 0, "shed": 0,
+    }  # fmt: skip
+    assert by_class["batch"]["missed_by"] == {
+        "ttft": 2, "tpot": 0, "e2e": 3, "not_ok": 0, "shed": 2,
+    }  # fmt: skip
+    assert "ttft 2 · tpot 0 · e2e 3 · not_ok 0 · shed 2" in page
+    ids = [d["request_id"] for d in document["decisions"]]
+    assert len(ids) == 9 == len(set(ids))
+    shown = re.findall(r"<td>…([0-9a-f]{12})</td>", page)
+    assert shown == [i[-12:] for i in ids] and len(set(shown)) == len(shown)

@@ -33,12 +33,12 @@ def test_a_cold_endpoint_is_called_cold_with_the_target_that_binds() -> None:
     ) as gw:
         answer = httpx.post(
             gw.base_url + "/v1/chat/completions",
-            json=chat_body(max_tokens=2),
+            json=chat_body(max_tokens=2, stream=True),  # streamed: judged by TTFT and TPOT
             headers=AUTH | {"x-slo-tpot-ms": "40"},
         )
         batch = httpx.post(
             gw.base_url + "/v1/chat/completions",
-            json=chat_body(max_tokens=2),
+            json=chat_body(max_tokens=2, stream=True),
             headers=AUTH | {"x-gateway-inference-objective": "batch"},
         )
     assert answer.status_code == 200

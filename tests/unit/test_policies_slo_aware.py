@@ -369,3 +369,26 @@ def test_binding_short_cut_equals_the_largest_ratio(
     ratios = [(p95 / target, name, p95, target) for name, p95, target in judged if target]
     expected = max(ratios)[1:] if ratios else ("", None, None)
     assert binding(slo, prediction) == expected
+
+
+def test_a_request_that_does_not_stream_is_predicted_by_its_whole_answer() -> None:
+    # warm: TTFT p95 ≈ 2 x 0.15 s, TPOT p95 = 1.6 x 0.02 s; 21 tokens ≈ 0.3 + 20 x 0.032 s
+    streaming = RouteRequest("r", "m", "t", STREAMING, prompt_tokens=1000, max_tokens=21)
+    whole = streaming._replace(stream=False)
+    rank = SloAware(NO_EXPLORE).rank
+    streamed = rank(streaming, [replica("gpu")], random.Random(0))
+    answered = rank(whole, [replica("gpu")], random.Random(0))
+    assert streamed.binding == "tpot" and answered.binding == "e2e"
+    assert answered.binding_target_s == pytest.approx(1.0 + 0.05 * 20)
+    assert answered.binding_p95_s == pytest.approx(0.3 + 0.032 * 20, rel=0.05)
+    assert answered.reason == "slo_met" and not answered.at_risk
+    # with the TTFT target alone the same answer is honestly at risk: it cannot arrive in 0.5 s
+    short = rank(whole._replace(slo=INTERACTIVE), [replica("gpu")], random.Random(0))
+    assert short.at_risk and short.binding_target_s == pytest.approx(0.5)
+
+
+def test_an_embedding_is_predicted_by_its_first_token() -> None:
+    embedding = RouteRequest("r", "m", "t", INTERACTIVE, 1000, max_tokens=0, stream=False)
+    ranking = SloAware(NO_EXPLORE).rank(embedding, [replica("gpu")], random.Random(0))
+    assert ranking.binding == "e2e" and ranking.binding_p95_s == ranking.predicted_ttft_p95_s
+    assert not ranking.at_risk

@@ -14,9 +14,12 @@ polling and for scripts, and rendered server-side into the page's first state.
                         for a typical request, and history {at_s[], <Point field>[]} (sparklines)
     classes[]           name, ttft_ms, tpot_ms, deadline_ms, priority, sheddable, and
                         window / total: {requests, met, missed, attainment, shed {reason: n},
-                        shed_total, queued, errors {outcome: n}, errors_total}: requests are
-                        the judged ones; errors count every request whose outcome was not ok
-                        (slo_gateway_requests_total: refused, failed, cancelled)
+                        shed_total, queued, errors {outcome: n}, errors_total, missed_by}:
+                        requests are the judged ones; errors count every request whose outcome
+                        was not ok (slo_gateway_requests_total: refused, failed, cancelled);
+                        missed_by {ttft, tpot, e2e, not_ok, shed}: the judged misses by the
+                        target missed (gateway/core/slo.py; e2e: the deadline or a whole
+                        answer's budget), the requests not ok but not refused, and the refused
     tenants[]           name, allowed_classes, window / total as for classes (queued: null),
                         plus spend_usd (at the endpoints' prices), cost_per_1k_met_usd
                         (spend per thousand SLO-met requests; null before any is met),
@@ -170,16 +173,20 @@ def tally(
     shed = by_last_label(totals.shed, mine)
     errors = by_last_label(totals.outcomes, lambda key: mine(key) and key[2] != "ok")
     queued = None if slo_class is None else round(totals.queued.get((slo_class,), 0.0))
+    targets = by_last_label(totals.missed, mine)
+    refused = sum(shed.values())
     return {
         "requests": round(met + missed),
         "met": round(met),
         "missed": round(missed),
         "attainment": met / (met + missed) if met + missed else None,
         "shed": shed,
-        "shed_total": sum(shed.values()),
+        "shed_total": refused,
         "queued": queued,
         "errors": errors,
         "errors_total": sum(errors.values()),
+        "missed_by": {target: targets.get(target, 0) for target in ("ttft", "tpot", "e2e")}
+        | {"not_ok": sum(errors.values()) - errors.get("rejected", 0), "shed": refused},
     }
 
 

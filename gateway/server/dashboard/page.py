@@ -15,6 +15,7 @@ from typing import Any
 
 SPARK_W, SPARK_H, SPARK_TOP = 120, 30, 9  # px; the top band holds the scale label
 NO_VALUE = "–"
+ID_SHOWN = 12  # characters of a request id, its end (`short_id`)
 
 
 def _ms(value: float) -> str:
@@ -190,7 +191,8 @@ def _targets(c: Mapping[str, Any]) -> str:
 def class_table(doc: Mapping[str, Any]) -> str:
     def row(c: Mapping[str, Any]) -> str:
         name = html.escape(c["name"])
-        return f'<th scope="row">{name}</th><td>{_targets(c)}</td>{_counts(c, queued=True)}'
+        missed = f"<td>{cell(c, 'window.missed_by', 'reasons')}</td>"
+        return f'<th scope="row">{name}</th><td>{_targets(c)}</td>{missed}{_counts(c, queued=True)}'
 
     return _rows("classes", doc["classes"], row)
 
@@ -240,13 +242,19 @@ def decision_row(d: Mapping[str, Any], now_s: float) -> str:
     risk = ' class="at-risk"' if d.get("at_risk") else ""
     values = [
         f"{fmt(max(0.0, now_s - d['at_s']), 'age')} ago",
-        d["request_id"][:12],
+        short_id(d["request_id"]),
         d["tenant"],
         d["slo_class"],
         chosen,
         d["explanation"],
     ]
     return f"<tr{risk}>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in values) + "</tr>"
+
+
+def short_id(request_id: str) -> str:
+    """The end of a request id, where ids differ: the gateway's own are a per-process prefix
+    and a counter (gateway/server/middleware.py), so their first characters are all alike."""
+    return request_id if len(request_id) <= ID_SHOWN else "…" + request_id[-ID_SHOWN:]
 
 
 def login(message: str) -> str:
@@ -286,7 +294,8 @@ _PAGE = """<!doctype html>
 <section>
 <h2>SLO classes</h2>
 <table>
-<thead><tr><th>Class</th><th>Targets</th><th>Judged</th><th>SLO met</th><th>Shed, by reason</th>
+<thead><tr><th>Class</th><th>Targets</th><th>Missed, by</th><th>Judged</th><th>SLO met</th>
+<th>Shed, by reason</th>
 <th>Not ok, by outcome</th><th>Queued</th><th>Since start</th></tr></thead>
 <tbody>{classes}</tbody>
 </table>

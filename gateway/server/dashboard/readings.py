@@ -67,6 +67,7 @@ class Totals:
     cost: Mapping[Key, float] = field(default_factory=dict)  # (tenant,) USD at endpoint prices
     tokens: Mapping[Key, float] = field(default_factory=dict)  # (tenant, prompt|cached|completion)
     fair_waits: Mapping[Key, float] = field(default_factory=dict)  # (class, tenant)
+    missed: Mapping[Key, float] = field(default_factory=dict)  # (class, tenant, target)
 
     def minus(self, earlier: Totals) -> Totals:
         return Totals(
@@ -77,6 +78,7 @@ class Totals:
             _minus(self.cost, earlier.cost),
             _minus(self.tokens, earlier.tokens),
             _minus(self.fair_waits, earlier.fair_waits),
+            _minus(self.missed, earlier.missed),
         )
 
 
@@ -94,6 +96,7 @@ def totals(metrics: Metrics) -> Totals:
         _counts(metrics.usage_cost, ("tenant",)),
         _counts(metrics.usage_tokens, ("tenant", "kind")),
         _counts(metrics.fair_waits, ("slo_class", "tenant")),
+        _counts(metrics.slo_missed, ("slo_class", "tenant", "target")),
     )
 
 

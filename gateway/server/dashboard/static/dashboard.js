@@ -21,6 +21,9 @@
     reasons: (v) => Object.entries(v).map(([k, n]) => `${k} ${n}`).join(" · ") || NO_VALUE,
     usd: (v) => (v < 1 ? `$${v.toFixed(4)}` : `$${v.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`),
   };
+  // page.py's short_id: a request id's end, where the gateway's own ids differ
+  const ID_SHOWN = 12;
+  const shortId = (id) => (id.length <= ID_SHOWN ? id : `…${id.slice(-ID_SHOWN)}`);
   const fmt = (v, kind) => (v === null || v === undefined ? NO_VALUE : FORMATS[kind](v));
   const get = (item, path) => path.split(".").reduce((v, k) => (v == null ? null : v[k]), item);
 
@@ -80,7 +83,7 @@
       if (d.at_risk) tr.className = "at-risk";
       const cells = [
         `${fmt(Math.max(0, doc.at_s - d.at_s), "age")} ago`,
-        d.request_id.slice(0, 12),
+        shortId(d.request_id),
         d.tenant,
         d.slo_class,
         d.ranking.length ? d.ranking[0] : NO_VALUE,
