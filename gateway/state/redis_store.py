@@ -296,7 +296,7 @@ class RedisStatsStore:
         args: list[str | float | int] = [now, ACTIVE_S, FORGET_S, keys.ttl_ms(keys.FAIR_TTL_S)]
         for key, amount in charges.items():
             args += [key, amount]
-        reply = await self._eval(
+        reply = await self.evaluate(
             "fair_charge",
             keys=[self.keys.fair(slo_class, "tokens"), self.keys.fair(slo_class, "seen")],
             args=args,

@@ -110,6 +110,7 @@ async def exercise_every_key(store: RedisStatsStore) -> None:
     await store.cool_down("c", until_s=NOW + 3600, now=NOW)
     owners = RedisOwnerStore(store, timeout_s=1.0)
     await owners.put("acme", "resp_1", "{}", ttl_s=60, now=NOW, create=True)
+    await store.charge_fair_share("interactive", {"acme": 10.0}, now=NOW)
 
 
 async def test_every_key_has_a_ttl(redis_client: Redis, redis_url: str, key_prefix: str) -> None:
@@ -117,9 +118,9 @@ async def test_every_key_has_a_ttl(redis_client: Redis, redis_url: str, key_pref
     await exercise_every_key(store)
     found = [key async for key in redis_client.scan_iter(match=f"{key_prefix}*")]
     # incl. a tenant's three limit keys, its day and month spend, a day alert, a usage hour,
-    # its budget holds and their sum, its stored-response owners and their order, and a
-    # fast-window bucket
-    assert len(found) == 19
+    # its budget holds and their sum, its stored-response owners and their order, a class's
+    # fairness counters and when each was charged, and a fast-window bucket
+    assert len(found) == 21
     for key in found:
         assert await redis_client.pttl(key) > 0, key
     assert await redis_client.pttl(store.keys.health("c")) > 3600_000
