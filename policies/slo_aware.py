@@ -153,6 +153,7 @@ class SloAware:
             reason,
             first.ttft_p95_s,
             *binding(slo, first),
+            tuple([predictions[i] for i in order]),
         )
 
     def _explores(

@@ -44,6 +44,9 @@ class LoadRecord:
     e2e_s: float | None = None
     cached_tokens: int = 0  # of the prompt, found in the engine's prefix cache
     decision: str = ""  # x-slo-gateway-decision: the policy's reason (slo_met, explore, ...)
+    # the policy's p95s for the endpoint that answered, TTFT counted from `start_s` as ttft_s is
+    predicted_ttft_p95_s: float | None = None
+    predicted_tpot_p95_s: float | None = None
 
     @property
     def lateness_s(self) -> float:
@@ -93,9 +96,10 @@ def served(
     now_s: float,
     tpot_s: float | None,
     cached_tokens: int | None,
+    predicted_p95s: tuple[float | None, float | None] = (None, None),
 ) -> LoadRecord:
     """A request the simulator served: `flight` = (endpoint, attempts, output tokens, the
-    policy's reason)."""
+    policy's reason); `predicted_p95s`: its TTFT (from its arrival) and TPOT p95s."""
     endpoint, attempts, tokens, decision = flight
     return _record(
         request_id,
@@ -110,6 +114,8 @@ def served(
         e2e_s=now_s - planned.arrival_s,
         cached_tokens=cached_tokens or 0,
         decision=decision,
+        predicted_ttft_p95_s=predicted_p95s[0],
+        predicted_tpot_p95_s=predicted_p95s[1],
     )
 
 
@@ -142,12 +148,16 @@ _VALUES = attrgetter(*_FIELDS)
 def record_line(record: LoadRecord) -> str:
     """One JSONL line; `dataclasses.asdict` would cost several times more (it deep-copies each
     value), and a run writes one line per request. `cached_tokens` only when some were, and
-    `decision` only when the gateway gave one (not for a refusal or a failure)."""
+    `decision` only when the gateway gave one (not for a refusal or a failure), the predicted p95s
+    only when made."""
     line = dict(zip(_FIELDS, _VALUES(record), strict=True))
     if not record.cached_tokens:
         del line["cached_tokens"]
     if not record.decision:
         del line["decision"]
+    for name in ("predicted_ttft_p95_s", "predicted_tpot_p95_s"):
+        if line[name] is None:
+            del line[name]
     return json.dumps(line) + "\n"
 
 

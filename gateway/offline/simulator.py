@@ -222,7 +222,7 @@ class Simulator:
             self._end(index, 503, "no_endpoint", now_s, route)
             return
         order = tuple(s.endpoint_id for s in ranking.endpoints)
-        self._attempt(Flight(index, route, order, ranking.reason), now_s)
+        self._attempt(Flight(index, route, order, ranking.reason, ranking.predictions), now_s)
 
     # -- attempts ----------------------------------------------------------------------------
 
@@ -230,7 +230,7 @@ class Simulator:
         flight.attempt += 1
         endpoint_id = flight.order[(flight.attempt - 1) % len(flight.order)]
         flight.endpoint_id, flight.sent_s = endpoint_id, now_s
-        self.gateway.take(endpoint_id, flight.route)
+        self.gateway.take(endpoint_id, flight.route, flight.predicted)
         route = flight.route
         output_tokens = route.max_tokens or 1
         engine = self.engines.get(endpoint_id)
@@ -329,8 +329,9 @@ class Simulator:
         self._observe(flight, now_s, "ok", 200, first_s=first_s, tpot_s=tpot_s)
         where = (flight.endpoint_id, flight.attempt, tokens, flight.decision)
         self._records[flight.index] = served(
-            planned, route.request_id, where, first_s, now_s, tpot_s, flight.cached
-        )
+            planned, route.request_id, where, first_s, now_s, tpot_s, flight.cached,
+            _predicted_p95s(flight, planned.arrival_s),
+        )  # fmt: skip
         self._turn_over(flight.index, now_s)
 
     def _observe(
@@ -394,3 +395,12 @@ class Simulator:
     def _fault(self, fault: FaultEvent, now_s: float) -> None:
         member = self.engines.get(fault.member) or self.providers[fault.member]
         member.faults.update(fault.patch, now_s=now_s)
+
+
+def _predicted_p95s(flight: Flight, arrival_s: float) -> tuple[float | None, float | None]:
+    """The served attempt's predicted TTFT and TPOT p95s, TTFT from the arrival as the record
+    counts it (the wait before the attempt added)."""
+    predicted = flight.predicted
+    if predicted is None:
+        return None, None
+    return flight.sent_s - arrival_s + predicted.ttft_p95_s, predicted.tpot_p95_s
