@@ -174,6 +174,12 @@ class LatencyEstimate:
     tpot_p95_s: float | None = None
     e2e_mean_s: float | None = None
     prompt_tokens_mean: float | None = None  # of the window's requests, None when unknown
+    # measured / predicted mean, over the window's attempts that carried a prediction: how
+    # many, and the (decayed) 95th percentile; the estimate's p95 is the mean times it
+    ttft_ratio_n: int = 0
+    ttft_ratio_p95: float | None = None
+    tpot_ratio_n: int = 0
+    tpot_ratio_p95: float | None = None
     # The last few seconds (policies/step_change.py), and a step detected against the window
     # (ratio 1.0: none), which the statistics above then carry.
     fast: FastWindow | None = None
@@ -221,9 +227,28 @@ class EndpointSnapshot(NamedTuple):
         ) / 1e6
 
 
+class Prediction(NamedTuple):
+    """What a policy predicts for a request on one endpoint (policies/estimate.py)."""
+
+    ttft_mean_s: float
+    ttft_p95_s: float
+    tpot_mean_s: float
+    tpot_p95_s: float
+    output_tokens: int
+    queued: float  # requests estimated ahead of this one
+    cold: bool
+    uncertainty: float = 1.0  # u ≥ 1: the p95s are cautious by this factor (1 when warm)
+
+    @property
+    def e2e_p95_s(self) -> float:
+        return self.ttft_p95_s + self.tpot_p95_s * self.output_tokens
+
+
 class Ranking(NamedTuple):
     """Endpoints best first, plus what the policy predicted, for explanation headers (a
-    NamedTuple: built once per decision; copy it with `_replace`)."""
+    NamedTuple: built once per decision; copy it with `_replace`). `predictions`, when the
+    policy predicts, is one per endpoint in the same order: the outcome of an attempt is
+    recorded against its endpoint's, so the store learns how outcomes deviate from them."""
 
     endpoints: tuple[EndpointSnapshot, ...]
     predicted_ttft_s: float | None = None
@@ -235,6 +260,14 @@ class Ranking(NamedTuple):
     binding: str = ""
     binding_p95_s: float | None = None  # the first endpoint's p95 judged against it
     binding_target_s: float | None = None  # that target
+    predictions: tuple[Prediction, ...] = ()
+
+    def predicted(self, endpoint_id: str) -> Prediction | None:
+        """The prediction for `endpoint_id` (None: the policy made none)."""
+        for snapshot, prediction in zip(self.endpoints, self.predictions, strict=False):
+            if snapshot.endpoint_id == endpoint_id:
+                return prediction
+        return None
 
 
 class RoutingPolicy(Protocol):

@@ -11,11 +11,22 @@ Model (seconds)
     wait      = queued · (a + b·P̄) · stretch               prefill work queued ahead of it
     prefill   = (1 − w)·max(0, b·F − wait)                 ... and started ahead of it, cold
     ttft_mean = service + wait + prefill + Σ rate·penalty
-    ttft_p95  = u·(service + b·C·(1 − h) + wait + prefill)·ttft_spread + wait·(1 − trust)
+    ttft_p95  = (service + b·C·(1 − h) + wait + prefill)·q_ttft + wait·(1 − trust)
                 + Σ min(1, rate/0.05)·penalty
     tpot_mean = w·(c + d·(I + 1)) + (1 − w)·t·(1 + running / tpot_double_running)
-    tpot_p95  = u·tpot_mean·tpot_spread
+    tpot_p95  = tpot_mean·q_tpot
     e2e_p95   = ttft_p95 + tpot_p95·N                      (used for deadline classes)
+
+Calibrated quantiles: q = p95 / mean, measured
+    q_ttft = u·ttft_spread + k·(q̂_ttft − u·ttft_spread),  k = min(1, n / calibration_samples)
+    (TPOT alike). q̂ is the 95th percentile of measured / predicted mean over the endpoint's
+    recent outcomes routed on a prediction, and n how many there were (gateway/state/window.py:
+    ratio histograms in the same time buckets as the rest, decayed alike, merged across
+    replicas by addition). So the p95 is as wide as the endpoint's real deviation from the
+    model: wide while cold (u·spread, below), narrow on a steady endpoint, wider where the
+    model errs. A detected step (policies/step_change.py) sets n to 0: the deviations measured
+    before it say nothing about after. The coverage of these p95s (the share of outcomes within
+    them) is exported (slo_gateway_p95_coverage, the offline report).
 
 Prefix cache: C = the request's `cached_tokens` for the endpoint, the tokens of this prompt
 predicted to be in the endpoint's prefix cache (gateway/core/prefix_index.py), already
@@ -53,7 +64,8 @@ Coefficients, each blended between the endpoint's statistics and a prior by warm
     t         the prior's TPOT of an idle endpoint; `tpot_double_running` = running sequences
               that double it (the endpoint's max_concurrency, its batch size, when configured;
               None: TPOT does not grow with our load, as for a large hosted fleet).
-    spreads   p95/mean around the model's mean: the prior's, lowered towards the observed
+    spreads   the cold p95/mean around the model's mean (q before outcomes are measured): the
+              prior's, lowered towards the observed
               `ttft_p95_s / ttft_mean_s` (and TPOT alike) but never raised by it. The observed
               ratio is over the whole window, so it also holds the variation that the model
               already explains (prompt lengths, load, queues) and overstates the spread left
@@ -84,7 +96,7 @@ A missing observation (no fit, no mean, no p95) counts as the prior's value.
 Parameters (`EstimateParams`, defaults)
     min_samples 10 · cold_uncertainty 3.0 · gauge_half_life_s 2.0 · default_output_tokens 256
     mean_prompt_tokens 1000 · throttle_penalty_s 1.0 · error_penalty_s 0.5 ·
-    prefix_p95_hit_share 1.0
+    prefix_p95_hit_share 1.0 · calibration_samples 40
     priors.vllm    ttft_base_s 0.05, ttft_per_token_s 1e-4, tpot_s 0.02, ttft_spread 2.0,
                    tpot_spread 1.6, batch_slots 128, tpot_double_running 128
     priors.openai  ttft_base_s 0.5, ttft_per_token_s 2e-5, tpot_s 0.015, ttft_spread 2.5,
@@ -103,9 +115,8 @@ Use: `Estimator(params)` once, then `predict_all(request, candidates) -> [Predic
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
-from policies.base import EndpointSnapshot, LatencyEstimate, RouteRequest
+from policies.base import EndpointSnapshot, LatencyEstimate, Prediction, RouteRequest
 from policies.engine_pressure import fused_load
 from policies.estimate_params import (
     EndpointFit,
@@ -113,27 +124,13 @@ from policies.estimate_params import (
     EstimateParams,
     PlainPrior,
     blended_spread,
+    calibrated,
     tail_share,
     tpot_fit,
     ttft_coefficients,
 )
 
 __all__ = ["EndpointPrior", "EstimateParams", "Estimator", "Prediction"]
-
-
-class Prediction(NamedTuple):
-    ttft_mean_s: float
-    ttft_p95_s: float
-    tpot_mean_s: float
-    tpot_p95_s: float
-    output_tokens: int
-    queued: float  # requests estimated ahead of this one
-    cold: bool
-    uncertainty: float = 1.0  # u ≥ 1: the p95s are cautious by this factor (1 when warm)
-
-    @property
-    def e2e_p95_s(self) -> float:
-        return self.ttft_p95_s + self.tpot_p95_s * self.output_tokens
 
 
 class Estimator:
@@ -149,6 +146,7 @@ class Estimator:
     """
 
     __slots__ = (
+        "_calibration_samples",
         "_endpoint_priors",
         "_error_penalty_s",
         "_extra_uncertainty",
@@ -173,6 +171,7 @@ class Estimator:
         self._throttle_penalty_s = params.throttle_penalty_s
         self._error_penalty_s = params.error_penalty_s
         self._extra_uncertainty = params.cold_uncertainty - 1.0
+        self._calibration_samples = params.calibration_samples
         self._kind_priors = {
             "vllm": PlainPrior.of(params.priors.vllm),
             "openai": PlainPrior.of(params.priors.openai),
@@ -250,8 +249,18 @@ class Estimator:
             a=a,
             b=b,
             mean_service_s=a + b * (stats.prompt_tokens_mean or self._mean_prompt_tokens),
-            ttft_scale=uncertainty * ttft_spread,
-            tpot_scale=uncertainty * tpot_spread,
+            ttft_scale=calibrated(
+                uncertainty * ttft_spread,
+                stats.ttft_ratio_p95,
+                stats.ttft_ratio_n,
+                self._calibration_samples,
+            ),
+            tpot_scale=calibrated(
+                uncertainty * tpot_spread,
+                stats.tpot_ratio_p95,
+                stats.tpot_ratio_n,
+                self._calibration_samples,
+            ),
             warmth=warmth,
             tpot_base_s=tpot_base_s,
             tpot_slope_s=tpot_slope_s,

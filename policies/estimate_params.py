@@ -64,6 +64,9 @@ class EstimateParams(BaseModel):
     prefix_p95_hit_share: float = Field(
         default=1.0, ge=0, le=1, description="of the predicted cached tokens the p95 counts on"
     )
+    calibration_samples: int = Field(
+        default=40, ge=1, description="measured outcomes at which the p95 is all measured"
+    )
     priors: KindPriors = KindPriors()
     endpoint_priors: dict[str, EndpointPrior] = Field(default_factory=dict)
 
@@ -127,6 +130,15 @@ def blended_spread(
     return prior + warmth * (observed - prior)
 
 
+def calibrated(cold_scale: float, ratio_p95: float | None, count: int, full: int) -> float:
+    """p95 / mean: the measured p95 of measured / predicted, blended from the cold scale by
+    how many outcomes were measured (all measured from `full` on)."""
+    if ratio_p95 is None:
+        return cold_scale
+    share = count / full if count < full else 1.0
+    return cold_scale + share * (ratio_p95 - cold_scale)
+
+
 class EndpointFit(NamedTuple):
     """What the model needs of one endpoint's statistics and prior (policies.estimate,
     Coefficients), worked out once per statistics object."""
@@ -135,8 +147,8 @@ class EndpointFit(NamedTuple):
     a: float  # TTFT base, s
     b: float  # TTFT per uncached prompt token, s
     mean_service_s: float  # a + b·P̄: the prefill of one typical queued request
-    ttft_scale: float  # u · ttft spread
-    tpot_scale: float  # u · tpot spread
+    ttft_scale: float  # p95 / mean: measured, or u · ttft spread while cold
+    tpot_scale: float  # p95 / mean: measured, or u · tpot spread while cold
     warmth: float  # w
     tpot_base_s: float | None  # the observed TPOT fit's base (None: not measured) ...
     tpot_slope_s: float  # ... and slope per in-flight request

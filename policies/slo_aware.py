@@ -171,6 +171,7 @@ class SloAware:
             reason,
             first.ttft_p95_s,
             *binding(slo, first, request.stream),
+            tuple([predictions[i] for i in order]),
         )
 
     def _explores(

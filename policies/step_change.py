@@ -50,6 +50,8 @@ Method
     jump down would herd the next requests onto the endpoint on that noise, while a jump up at
     worst spills a few requests elsewhere for a few seconds; a speed-up shows as the window
     decays.
+    A step also resets the measured p95 of what it scales (the ratio counts, see
+    policies/estimate.py, Calibrated quantiles) to the cold spread while it holds.
 
 Parameters (`StepParams`): threshold 1.5, release 1.2, min_samples 6, hold_s 20; cold_below 10,
 cold_min_samples 1, cold_threshold 2. Pure: no clock; the caller passes the time and the
@@ -169,4 +171,6 @@ def jumped(estimate: LatencyEstimate, step: Step | None) -> LatencyEstimate:
         for name in names:
             value = getattr(estimate, name)
             fields[name] = value * scale if value is not None else None
+        # the deviations measured before the step say nothing of it: the p95 starts cold
+        fields["ttft_ratio_n" if names is _TTFT_FIELDS else "tpot_ratio_n"] = 0
     return dataclasses.replace(estimate, **fields)  # type: ignore[arg-type]

@@ -109,10 +109,14 @@ def only_candidates(ranking: Ranking, allowed: set[str]) -> Ranking:
     """The ranking with endpoints outside `allowed`, and repeats, removed."""
     seen: set[str] = set()
     kept = []
-    for snapshot in ranking.endpoints:
+    for index, snapshot in enumerate(ranking.endpoints):
         if snapshot.endpoint_id in allowed and snapshot.endpoint_id not in seen:
             seen.add(snapshot.endpoint_id)
-            kept.append(snapshot)
+            kept.append(index)
     if len(kept) == len(ranking.endpoints):
         return ranking  # the common case: nothing removed (no copy)
-    return ranking._replace(endpoints=tuple(kept))
+    predictions = ranking.predictions
+    return ranking._replace(
+        endpoints=tuple(ranking.endpoints[i] for i in kept),
+        predictions=tuple(predictions[i] for i in kept) if predictions else (),
+    )

@@ -21,19 +21,28 @@ from gateway.state.view import SharedView
 from gateway.telemetry.record import Finished
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import Breakers
-from policies.base import RouteRequest
+from policies.base import Prediction, RouteRequest
 
 
 class Leases(Protocol):
     """This replica's leases: `LeaseBook` live, `LocalLeases` plus inline store calls offline."""
 
-    def take(self, endpoint_id: str, request_id: str, tokens: int, prefill: int = 0) -> object: ...
+    def take(
+        self,
+        endpoint_id: str,
+        request_id: str,
+        tokens: int,
+        prefill: int = 0,
+        predicted: Prediction | None = None,
+    ) -> object: ...
 
     def first_token(self, endpoint_id: str, request_id: str) -> object: ...
 
     def drop(self, endpoint_id: str, request_id: str) -> object: ...
 
     def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int: ...
+
+    def predicted(self, endpoint_id: str, request_id: str) -> Prediction | None: ...
 
 
 class Outcomes:
@@ -63,10 +72,18 @@ class Outcomes:
         self.spawn = spawn
         self.observe = observe or spawn
 
-    def started(self, endpoint_id: str, request: RouteRequest, tokens: int) -> None:
-        """An attempt is sent: its lease, with its KV footprint `tokens` and its uncached
-        prompt tokens, prefill ahead of later requests until its first token."""
-        self.leases.take(endpoint_id, request.request_id, tokens, _uncached(request, endpoint_id))
+    def started(
+        self,
+        endpoint_id: str,
+        request: RouteRequest,
+        tokens: int,
+        predicted: Prediction | None = None,
+    ) -> None:
+        """An attempt is sent: its lease, with its KV footprint `tokens`, its uncached prompt
+        tokens (prefill ahead of later requests until its first token) and the policy's
+        prediction for it there, which its outcome is observed against."""
+        uncached = _uncached(request, endpoint_id)
+        self.leases.take(endpoint_id, request.request_id, tokens, uncached, predicted)
 
     def failed_attempt(
         self, endpoint_id: str, request: RouteRequest, failure: AttemptFailed, now: float
@@ -118,9 +135,10 @@ class Outcomes:
         # the load now, not when the lease was taken: a stretch's TPOT is the load's during it
         in_flight = self.view.in_flight(endpoint_id, self.view.shared(endpoint_id))
         tpot_s, tokens = stretch if stretch is not None else (None, 0)
+        predicted = self.leases.predicted(endpoint_id, request.request_id) if ttft_s else None
         sample = LatencySample(
             now, True, 200, _uncached(request, endpoint_id), tokens, ttft_s, tpot_s, 0.0,
-            in_flight, kind,
+            in_flight, kind, predicted.ttft_mean_s if predicted else None,
         )  # fmt: skip
         self.observe(self.store.observe(endpoint_id, sample))
 
@@ -138,6 +156,7 @@ class Outcomes:
         is). What missed its SLO ("" when it met it, gateway/core/slo.py); None when the client
         left (which says nothing about either)."""
         in_flight = self.leases.in_flight_when_taken(endpoint_id, request.request_id)
+        predicted = self.leases.predicted(endpoint_id, request.request_id)
         self.leases.drop(endpoint_id, request.request_id)
         if result.outcome != "cancelled":
             self._record_health(endpoint_id, ok=result.outcome != "upstream_error", now=now)
@@ -161,6 +180,8 @@ class Outcomes:
             e2e_s=result.e2e_s,
             in_flight=in_flight,
             kind="rest" if parted else "whole",
+            ttft_predicted_s=predicted.ttft_mean_s if predicted else None,
+            tpot_predicted_s=predicted.tpot_mean_s if predicted else None,
         )
         self.observe(self.store.observe(endpoint_id, sample))
         return missed_target(
@@ -187,6 +208,11 @@ class Outcomes:
     def cool_down(self, endpoint_id: str, until_s: float, reason: str, now: float) -> None:
         self.registry.cool_down(endpoint_id, until_s, reason)
         self.spawn(self.store.cool_down(endpoint_id, until_s=until_s, now=now))
+
+
+def covered(measured_s: float | None, p95_s: float | None) -> bool | None:
+    """Whether an outcome came within the p95 predicted for it (None: either is unknown)."""
+    return None if measured_s is None or p95_s is None else measured_s <= p95_s
 
 
 def _uncached(request: RouteRequest, endpoint_id: str) -> int:

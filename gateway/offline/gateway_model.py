@@ -57,7 +57,7 @@ from gateway.watch.endpoints import Registry
 from gateway.watch.health import Breakers
 from gateway.watch.scraper import LatestScrapes
 from policies.admission import Decision, Reject
-from policies.base import EndpointSnapshot, Ranking, RouteRequest
+from policies.base import EndpointSnapshot, Prediction, Ranking, RouteRequest
 from policies.registry import build as build_policy
 
 
@@ -85,8 +85,15 @@ class InlineLeases(LocalLeases):
         self.store = store
         self.ttl_s = ttl_s
 
-    def take(self, endpoint_id: str, request_id: str, tokens: int, prefill: int = 0) -> None:
-        super().take(endpoint_id, request_id, tokens, prefill)
+    def take(
+        self,
+        endpoint_id: str,
+        request_id: str,
+        tokens: int,
+        prefill: int = 0,
+        predicted: Prediction | None = None,
+    ) -> None:
+        super().take(endpoint_id, request_id, tokens, prefill, predicted)
         now = self.view.clock()
         run_to_completion(self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=now))
 
@@ -177,10 +184,13 @@ class GatewayModel:
 
     # -- attempts ------------------------------------------------------------------------------
 
-    def take(self, endpoint_id: str, route: RouteRequest) -> None:
-        """`Finisher.start`, with the footprint `Router._attempt` passes; then, as
-        `PrefixRouting.sent`, the index learns where the prompt went."""
-        self.outcomes.started(endpoint_id, route, self.admission.footprint(route))
+    def take(
+        self, endpoint_id: str, route: RouteRequest, predicted: Prediction | None = None
+    ) -> None:
+        """`Finisher.start`, with the footprint and prediction `Router._attempt` passes; then,
+        as `PrefixRouting.sent`, the index learns where the prompt went."""
+        footprint = self.admission.footprint(route)
+        self.outcomes.started(endpoint_id, route, footprint, predicted)
         chain = self.chains.get(route.request_id)
         if chain is not None:
             uncached = route.prompt_tokens - route.cached_tokens.get(endpoint_id, 0.0)

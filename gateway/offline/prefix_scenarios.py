@@ -232,3 +232,16 @@ def sessions_rag() -> PrefixScenario:
             )
         ],
     )
+
+
+def sessions_rag_engines() -> PrefixScenario:
+    """sessions_rag on its engines alone: what they serve at SLO, against which the hosted
+    provider's spend in sessions_rag is judged (docs/slo-guide.md)."""
+    full = sessions_rag()
+    return full.model_copy(
+        update={
+            "name": "sessions_rag_engines",
+            "description": "sessions_rag without its hosted provider: the engines alone.",
+            "providers": [],
+        }
+    )

@@ -46,6 +46,9 @@ class LoadRecord:
     decision: str = ""  # x-slo-gateway-decision: the policy's reason (slo_met, explore, ...)
     queued_s: float = 0.0  # offline: from arrival to leaving admission (the deadline queue)
     stream: bool = True  # False: judged by its whole time against the class's answer budget
+    # the policy's p95s for the endpoint that answered, TTFT counted from `start_s` as ttft_s is
+    predicted_ttft_p95_s: float | None = None
+    predicted_tpot_p95_s: float | None = None
 
     @property
     def lateness_s(self) -> float:
@@ -96,9 +99,11 @@ def served(
     tpot_s: float | None,
     cached_tokens: int | None,
     queued_s: float = 0.0,
+    predicted_p95s: tuple[float | None, float | None] = (None, None),
 ) -> LoadRecord:
     """A request the simulator served: `flight` = (endpoint, attempts, output tokens, the
-    policy's reason); `queued_s`: how long it waited for admission."""
+    policy's reason); `queued_s`: how long it waited for admission; `predicted_p95s`: its TTFT
+    (from its arrival) and TPOT p95s."""
     endpoint, attempts, tokens, decision = flight
     return _record(
         request_id,
@@ -114,6 +119,8 @@ def served(
         cached_tokens=cached_tokens or 0,
         decision=decision,
         queued_s=queued_s,
+        predicted_ttft_p95_s=predicted_p95s[0],
+        predicted_tpot_p95_s=predicted_p95s[1],
     )
 
 
@@ -146,8 +153,8 @@ _VALUES = attrgetter(*_FIELDS)
 def record_line(record: LoadRecord) -> str:
     """One JSONL line; `dataclasses.asdict` would cost several times more (it deep-copies each
     value), and a run writes one line per request. `cached_tokens` only when some were,
-    `decision` only when the gateway gave one (not for a refusal or a failure), and `stream`
-    only for a request that did not stream."""
+    `decision` only when the gateway gave one (not for a refusal or a failure), `stream` only
+    for a request that did not stream, and the predicted p95s only when made."""
     line = dict(zip(_FIELDS, _VALUES(record), strict=True))
     if not record.cached_tokens:
         del line["cached_tokens"]
@@ -155,6 +162,9 @@ def record_line(record: LoadRecord) -> str:
         del line["decision"]
     if record.stream:
         del line["stream"]
+    for name in ("predicted_ttft_p95_s", "predicted_tpot_p95_s"):
+        if line[name] is None:
+            del line[name]
     return json.dumps(line) + "\n"
 
 

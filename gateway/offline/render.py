@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from gateway.offline.endpoint_split import Coverage, sum_coverage
 from gateway.offline.report import ALL, GroupStats, Summary
 
 _GROUP_HEADER = (
@@ -19,7 +20,7 @@ _GROUP_HEADER = (
 )
 _COMPARE_HEADER = (
     "| policy | class | n | attainment | goodput req/s | shed | err | TTFT p95 ms | TTFT p99 ms "
-    "| TPOT p95 ms | cost $ | cached | checks |"
+    "| TPOT p95 ms | cost $ | cached | TTFT cov | TPOT cov | checks |"
 )
 
 
@@ -57,6 +58,7 @@ def markdown(summary: Summary) -> str:
         f"- {'PASS' if ok else 'FAIL'} `{text}` (observed {_value(observed)})"
         for text, observed, ok in summary.checks
     ] or ["- none"]
+    lines += ["", *split_lines([summary]), "", *coverage_lines(summary)]
     lines += ["", "## Run", ""]
     lines += [f"- {name}: {_value(value)}" for name, value in summary.run.items()]
     lines += ["", "## Why requests were not served", ""]
@@ -127,6 +129,8 @@ def comparison_rows(summaries: Sequence[Summary]) -> list[dict[str, object]]:
                     "tpot_p95_s": g.tpot_p95_s,
                     "cost": g.cost,
                     "cached_share": g.cached_share,
+                    "ttft_coverage": _coverage_of(summary, name).ttft,
+                    "tpot_coverage": _coverage_of(summary, name).tpot,
                     "checks": f"{passed}/{len(summary.checks)}",
                     "passed": summary.passed,
                 }
@@ -140,7 +144,7 @@ def comparison_markdown(summaries: Sequence[Summary]) -> str:
         f"# {first.scenario}: policies compared ({first.driver})",
         "",
         _COMPARE_HEADER,
-        "|" + "---|" * 13,
+        "|" + "---|" * 15,
     ]
     for row in comparison_rows(summaries):
         lines.append(
@@ -148,12 +152,59 @@ def comparison_markdown(summaries: Sequence[Summary]) -> str:
             f"| {_f(row['goodput_rps']):.2f} | {_pct(_f(row['shed_rate']))} "
             f"| {_pct(_f(row['error_rate']))} | {_ms(_opt(row['ttft_p95_s']))} "
             f"| {_ms(_opt(row['ttft_p99_s']))} | {_ms(_opt(row['tpot_p95_s']))} "
-            f"| {_f(row['cost']):.4f} | {_pct(_f(row['cached_share']))} | {row['checks']} |"
+            f"| {_f(row['cost']):.4f} | {_pct(_f(row['cached_share']))} "
+            f"| {_share(_opt(row['ttft_coverage']))} "
+            f"| {_share(_opt(row['tpot_coverage']))} | {row['checks']} |"
         )
     bound = first.run.get("cache_bound")
     if bound is not None:
         lines += ["", f"The trace's block reuse allows a cached share of {_pct(bound)} at most."]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", *split_lines(summaries)]) + "\n"
+
+
+def split_lines(summaries: Sequence[Summary]) -> list[str]:
+    """Requests served and spend per endpoint, one row per policy and endpoint."""
+    lines = [
+        "## Per endpoint",
+        "",
+        "| policy | endpoint | served | share | cost $ | share of cost |",
+        "|---|---|---|---|---|---|",
+    ]
+    for summary in summaries:
+        served = sum(share.requests for share in summary.split.values())
+        spent = sum(share.cost for share in summary.split.values())
+        lines += [
+            f"| {summary.policy} | {endpoint} | {share.requests} | "
+            f"{_share(share.requests / served if served else None)} | {share.cost:.4f} | "
+            f"{_share(share.cost / spent if spent else None)} |"
+            for endpoint, share in summary.split.items()
+        ]
+    return lines
+
+
+def coverage_lines(summary: Summary) -> list[str]:
+    """The predicted p95s' coverage per class and per endpoint and class."""
+    lines = [
+        "## Coverage of the predicted p95",
+        "",
+        "| group | TTFT n | TTFT within p95 | TPOT n | TPOT within p95 |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {name} | {c.ttft_n} | {_share(c.ttft)} | {c.tpot_n} | {_share(c.tpot)} |"
+        for name, c in summary.coverage.items()
+    ]
+    return lines if summary.coverage else [*lines[:2], "- no predictions (the policy makes none)"]
+
+
+def _coverage_of(summary: Summary, group: str) -> Coverage:
+    if group == ALL:
+        return sum_coverage(c for name, c in summary.coverage.items() if "/" not in name)
+    return summary.coverage.get(group, Coverage())
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else _pct(value)
 
 
 def _f(value: object) -> float:

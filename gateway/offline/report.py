@@ -14,6 +14,10 @@ Per group (all requests; each class; each tenant; each class × tenant)
     goodput_share   the group's share of all requests meeting their SLO (tenant fairness)
     cost            Σ over successful requests of tokens × the serving endpoint's prices, cached
                     prompt tokens at its cached rate (gateway/core/usage.py, as live billing)
+Per endpoint (gateway/offline/endpoint_split.py)
+    split           requests served and their cost, per endpoint that answered
+    coverage        per class and per endpoint × class: the share of served requests whose
+                    TTFT (TPOT) came within the p95 the policy predicted for them
 Run-level metrics: attempts_ratio (upstream attempts / requests the gateway forwarded: a retry
 storm shows as > 1), lateness_p99_s (load-generator lag, a validity check for live runs),
 preemptions (engine preemptions during the run) and recovery_s (after the scenario's
@@ -32,7 +36,7 @@ from typing import Any
 from gateway.bench.percentile import percentile
 from gateway.config.settings import Price, SloClassConfig
 from gateway.core import slo
-from gateway.core.usage import cost_usd
+from gateway.offline.endpoint_split import Coverage, EndpointShare, coverage, record_cost, split
 from gateway.offline.records import LoadRecord
 from gateway.offline.scenario import Check, Scenario
 
@@ -102,6 +106,8 @@ class Summary:
     run: dict[str, float | None]
     timeline: list[Window]
     checks: list[tuple[str, float | None, bool]] = field(default_factory=list)
+    split: dict[str, EndpointShare] = field(default_factory=dict)
+    coverage: dict[str, Coverage] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -152,8 +158,9 @@ def summarize(scenario: Scenario, records: Sequence[LoadRecord], facts: RunFacts
         "cache_bound": scenario.trace.cache_bound() if scenario.trace is not None else None,
     }
     summary = Summary(
-        scenario.name, facts.policy, facts.driver, scenario.duration_s, groups, run, timeline
-    )
+        scenario.name, facts.policy, facts.driver, scenario.duration_s, groups, run, timeline,
+        split=split(records, prices), coverage=coverage(records),
+    )  # fmt: skip
     return _judged(summary, scenario.checks)
 
 
@@ -209,7 +216,7 @@ def _group(
         good=met,
         goodput_rps=met / duration_s,
         goodput_share=_ratio(met, total_good),
-        cost=sum(_cost(r, prices) for r in ok),
+        cost=sum(record_cost(r, prices) for r in ok),
         cached_share=_ratio(sum(r.cached_tokens for r in ok), sum(r.prompt_tokens for r in ok)),
         ttft_p50_s=percentile(ttft, 50),
         ttft_p95_s=percentile(ttft, 95),
@@ -225,13 +232,6 @@ def _group(
 
 def _ratio(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
-
-
-def _cost(record: LoadRecord, prices: Mapping[str, Price]) -> float:
-    price = prices.get(record.endpoint)
-    if price is None:
-        return 0.0
-    return cost_usd(price, record.prompt_tokens, record.cached_tokens, record.output_tokens)
 
 
 def _attempts_ratio(records: Sequence[LoadRecord]) -> float | None:
@@ -258,7 +258,7 @@ def _timeline(
                 index * window_s, members, good, list(scenario.classes), busy[index] / window_s
             ),
             served=served[index],
-            cost=sum(_cost(r, prices) for r in members if r.outcome == "ok"),
+            cost=sum(record_cost(r, prices) for r in members if r.outcome == "ok"),
         )
         for index, members in enumerate(buckets)
     ]

@@ -17,6 +17,7 @@ generous where a noisy machine moves the numbers, exact where the gateway promis
     fleet20       the simulator benchmark: 16 engines and 4 providers, ~100k requests (offline)
     sessions_slow, sessions_fast, sessions_rag   prefix reuse: multi-turn chat sessions, RAG
                   documents (prefix_scenarios.py)
+    sessions_rag_engines  sessions_rag without its hosted provider (the engines' reference)
     reaction      a 2.5x burst, then an engine slowed 3x (gateway/offline/reaction_scenarios.py)
     noisy_neighbour  two tenants of one class, one bursting about 8x: fair share inside a class
                   (gateway/offline/fairness_scenarios.py)
@@ -29,7 +30,12 @@ from typing import Any
 
 from gateway.config.settings import TenantLimits
 from gateway.offline.fairness_scenarios import noisy_neighbour
-from gateway.offline.prefix_scenarios import sessions_fast, sessions_rag, sessions_slow
+from gateway.offline.prefix_scenarios import (
+    sessions_fast,
+    sessions_rag,
+    sessions_rag_engines,
+    sessions_slow,
+)
 from gateway.offline.reaction_scenarios import reaction
 from gateway.offline.scenario import (
     Check,
@@ -341,6 +347,7 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "sessions_slow": sessions_slow,
     "sessions_fast": sessions_fast,
     "sessions_rag": sessions_rag,
+    "sessions_rag_engines": sessions_rag_engines,
     "reaction": reaction,
     "noisy_neighbour": noisy_neighbour,
 }

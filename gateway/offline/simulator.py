@@ -228,7 +228,8 @@ class Simulator:
             self._end(index, 503, "no_endpoint", now_s, route)
             return
         order = tuple(s.endpoint_id for s in ranking.endpoints)
-        self._attempt(Flight(index, route, order, ranking.reason, now_s), now_s)
+        flight = Flight(index, route, order, ranking.reason, now_s, ranking.predictions)
+        self._attempt(flight, now_s)
 
     # -- attempts ----------------------------------------------------------------------------
 
@@ -236,7 +237,7 @@ class Simulator:
         flight.attempt += 1
         endpoint_id = flight.order[(flight.attempt - 1) % len(flight.order)]
         flight.endpoint_id, flight.sent_s = endpoint_id, now_s
-        self.gateway.take(endpoint_id, flight.route)
+        self.gateway.take(endpoint_id, flight.route, flight.predicted)
         route = flight.route
         output_tokens = route.max_tokens or 1
         engine = self.engines.get(endpoint_id)
@@ -336,8 +337,9 @@ class Simulator:
         where = (flight.endpoint_id, flight.attempt, tokens, flight.decision)
         queued_s = flight.routed_s - planned.arrival_s
         self._records[flight.index] = served(
-            planned, route.request_id, where, first_s, now_s, tpot_s, flight.cached, queued_s
-        )
+            planned, route.request_id, where, first_s, now_s, tpot_s, flight.cached, queued_s,
+            _predicted_p95s(flight, planned.arrival_s),
+        )  # fmt: skip
         self._turn_over(flight.index, now_s)
 
     def _observe(
@@ -401,3 +403,12 @@ class Simulator:
     def _fault(self, fault: FaultEvent, now_s: float) -> None:
         member = self.engines.get(fault.member) or self.providers[fault.member]
         member.faults.update(fault.patch, now_s=now_s)
+
+
+def _predicted_p95s(flight: Flight, arrival_s: float) -> tuple[float | None, float | None]:
+    """The served attempt's predicted TTFT and TPOT p95s, TTFT from the arrival as the record
+    counts it (the wait before the attempt added)."""
+    predicted = flight.predicted
+    if predicted is None:
+        return None, None
+    return flight.sent_s - arrival_s + predicted.ttft_p95_s, predicted.tpot_p95_s

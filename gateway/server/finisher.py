@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from gateway.core.outcomes import Outcomes
+from gateway.core.outcomes import Outcomes, covered
 from gateway.core.progress import StreamProgress
 from gateway.core.usage import cost_pusd, usd
 from gateway.errors import AttemptFailed
@@ -26,7 +26,7 @@ from gateway.upstream.client import Opened
 from gateway.upstream.grammar import UNDESCRIBED, Described, Facts, StreamGrammar
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import HealthChecker
-from policies.base import RouteRequest
+from policies.base import Prediction, RouteRequest
 
 
 class Finisher:
@@ -47,8 +47,14 @@ class Finisher:
         observe = run_now if at_once else background.spawn
         self.outcomes = Outcomes(leases, registry, health.breakers, view, spawn, observe=observe)
 
-    def start(self, endpoint_id: str, request: RouteRequest, tokens: int) -> None:
-        self.outcomes.started(endpoint_id, request, tokens)
+    def start(
+        self,
+        endpoint_id: str,
+        request: RouteRequest,
+        tokens: int,
+        predicted: Prediction | None = None,
+    ) -> None:
+        self.outcomes.started(endpoint_id, request, tokens, predicted)
 
     def abandoned(self, endpoint_id: str, request_id: str) -> None:
         self.leases.drop(endpoint_id, request_id)
@@ -96,6 +102,8 @@ class Finisher:
         self._usage(opened, request, result, record)
         self.metrics.upstream_attempts.labels(endpoint_id, result.outcome).inc()
         self._latency_histograms(endpoint_id, request, result)
+        if record.ranking is not None:
+            self._coverage(endpoint_id, request, result, record.ranking.predicted(endpoint_id))
         if missed is not None:
             verdict = "missed" if missed else "met"
             self.metrics.slo.labels(request.slo.name, request.tenant, endpoint_id, verdict).inc()
@@ -114,6 +122,26 @@ class Finisher:
         record.cost_pusd = cost_pusd(opened.endpoint.price, prompt, cached, completion)
         labels = (request.tenant, request.slo.name, request.model, opened.endpoint.id)
         self.metrics.usage.add(labels, prompt, cached, completion, usd(record.cost_pusd))
+
+    def _coverage(
+        self,
+        endpoint_id: str,
+        request: RouteRequest,
+        result: Finished,
+        predicted: Prediction | None,
+    ) -> None:
+        """Whether its TTFT and TPOT came within the p95s predicted for it there."""
+        if predicted is None or result.outcome != "ok":
+            return
+        measured = (
+            ("ttft", result.ttft_s, predicted.ttft_p95_s),
+            ("tpot", result.tpot_s, predicted.tpot_p95_s),
+        )
+        for signal, measured_s, p95_s in measured:
+            within = covered(measured_s, p95_s)
+            if within is not None:
+                labels = (endpoint_id, request.slo.name, signal, "within" if within else "beyond")
+                self.metrics.coverage.labels(*labels).inc()
 
     def _latency_histograms(
         self, endpoint_id: str, request: RouteRequest, result: Finished

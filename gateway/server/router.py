@@ -344,7 +344,8 @@ class Router:
         request: RouteRequest,
         record: RequestRecord,
     ) -> Opened:
-        self.finisher.start(endpoint.id, request, self.admission.footprint(request))
+        predicted = record.ranking.predicted(endpoint.id) if record.ranking else None
+        self.finisher.start(endpoint.id, request, self.admission.footprint(request), predicted)
         record.endpoint_id = endpoint.id
         record.attempts += 1
         try:

@@ -20,31 +20,47 @@ from gateway.state.resilient import writes_at_once
 from gateway.state.store import StatsStore
 from gateway.state.view import SharedView
 from gateway.telemetry.metrics import Metrics
+from policies.base import Prediction
 
 
 class LocalLeases:
     """This replica's side of its leases, synchronous: counted in the view at once, each with
-    the gateway-wide in-flight count it was taken under (the load its TPOT is measured under).
+    the gateway-wide in-flight count it was taken under (the load its TPOT is measured under)
+    and the policy's prediction for it (what its outcome is measured against).
     `LeaseBook` adds the shared lease in the store; the offline simulator, whose store never
     suspends, takes and drops that one inline."""
 
     def __init__(self, view: SharedView) -> None:
         self.view = view
-        # -> (KV footprint, in-flight when taken, uncached prompt tokens before the first token)
-        self._held: dict[tuple[str, str], tuple[int, int, int]] = {}
+        # -> (KV footprint, in-flight when taken, uncached prompt tokens before the first
+        # token, the prediction)
+        self._held: dict[tuple[str, str], tuple[int, int, int, Prediction | None]] = {}
 
-    def take(self, endpoint_id: str, request_id: str, tokens: int, prefill: int = 0) -> None:
-        """`tokens`: the KV footprint; `prefill`: the uncached prompt tokens it computes first."""
+    def take(
+        self,
+        endpoint_id: str,
+        request_id: str,
+        tokens: int,
+        prefill: int = 0,
+        predicted: Prediction | None = None,
+    ) -> None:
+        """`tokens`: the KV footprint; `prefill`: the uncached prompt tokens it computes first;
+        `predicted`: the policy's prediction for it there."""
         self.view.started(endpoint_id, tokens, prefill)
         in_flight = self.view.in_flight(endpoint_id, self.view.shared(endpoint_id))
-        self._held[(endpoint_id, request_id)] = (tokens, in_flight, prefill)
+        self._held[(endpoint_id, request_id)] = (tokens, in_flight, prefill, predicted)
 
     def first_token(self, endpoint_id: str, request_id: str) -> None:
         """The request's first token came: its prefill is no longer ahead of others."""
         held = self._held.get((endpoint_id, request_id))
         if held is not None and held[2]:
             self.view.prefilled(endpoint_id, held[2])
-            self._held[(endpoint_id, request_id)] = (held[0], held[1], 0)
+            self._held[(endpoint_id, request_id)] = (held[0], held[1], 0, held[3])
+
+    def predicted(self, endpoint_id: str, request_id: str) -> Prediction | None:
+        """The prediction the lease was taken under (None: none was made)."""
+        held = self._held.get((endpoint_id, request_id))
+        return held[3] if held else None
 
     def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int:
         """Gateway-wide in-flight on the endpoint when this lease was taken, itself included."""
@@ -84,10 +100,17 @@ class LeaseBook:
         self._at_once = writes_at_once(store)
         self._refreshed_at: dict[tuple[str, str], float] = {}  # when each lease was last taken
 
-    def take(self, endpoint_id: str, request_id: str, tokens: int, prefill: int = 0) -> None:
+    def take(
+        self,
+        endpoint_id: str,
+        request_id: str,
+        tokens: int,
+        prefill: int = 0,
+        predicted: Prediction | None = None,
+    ) -> None:
         """Lease `endpoint_id` for a request whose KV footprint is `tokens` and which computes
-        `prefill` uncached prompt tokens before its first token."""
-        self.local.take(endpoint_id, request_id, tokens, prefill)
+        `prefill` uncached prompt tokens before its first token, predicted as `predicted`."""
+        self.local.take(endpoint_id, request_id, tokens, prefill, predicted)
         self.metrics.in_flight.labels(endpoint_id).inc()
         now = self.clock()
         acquiring = self.store.acquire(endpoint_id, request_id, ttl_s=self.ttl_s, now=now)
@@ -100,6 +123,9 @@ class LeaseBook:
 
     def in_flight_when_taken(self, endpoint_id: str, request_id: str) -> int:
         return self.local.in_flight_when_taken(endpoint_id, request_id)
+
+    def predicted(self, endpoint_id: str, request_id: str) -> Prediction | None:
+        return self.local.predicted(endpoint_id, request_id)
 
     def first_token(self, endpoint_id: str, request_id: str) -> None:
         self.local.first_token(endpoint_id, request_id)

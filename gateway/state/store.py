@@ -39,7 +39,9 @@ class LatencySample:
     while it streams (gateway/core/progress.py): `first_token` (its TTFT; the request counts
     from then), `progress` (the TPOT of a stretch of a running stream) and `rest` (its end:
     the outcome, E2E and the TPOT of the tokens since the last stretch, if any). The parts of
-    one request add up to what its `whole` sample would have added, stretch by stretch."""
+    one request add up to what its `whole` sample would have added, stretch by stretch.
+    Its TTFT is compared with the predicted one where it is observed (`whole`, `first_token`),
+    its TPOT where the whole request's is (`whole`, `rest`)."""
 
     at_s: float  # when this was seen (unix s); picks its time bucket
     ok: bool
@@ -51,6 +53,10 @@ class LatencySample:
     e2e_s: float
     in_flight: int = 0  # gateway-wide leases when the request started
     kind: SampleKind = "whole"
+    # the policy's predicted means for this attempt (None: it predicted none), against which
+    # the store learns how outcomes deviate (window.py, ratio histograms)
+    ttft_predicted_s: float | None = None
+    tpot_predicted_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,13 @@ Method
     Quantiles come from fixed log-spaced histograms (bounds lo * 2**(i/4), i.e. 19% apart, so
     an interpolated quantile is off by a few percent at most); counts merge across replicas.
 
+    Calibration: an attempt routed on a prediction (`LatencySample.ttft_predicted_s`,
+    `tpot_predicted_s`: the policy's predicted means) adds measured / predicted to a ratio
+    histogram, TTFT's where its TTFT is seen, TPOT's with its whole TPOT. Their decayed p95s
+    (`ttft_ratio_p95`, `tpot_ratio_p95`) and plain counts are what the estimate's p95 is built
+    from (policies/estimate.py): the deviation of outcomes from the model, as measured, merged
+    across replicas exactly like every other count.
+
 Only successful requests (ok) feed TTFT, TPOT and E2E; `errors` counts every failed request
 and `throttled` those answered 429.
 
@@ -99,6 +106,9 @@ class LogBuckets:
 
 TTFT_HISTOGRAM = LogBuckets("ht", lo_s=0.001, size=72)  # 1 ms .. ~250 s
 TPOT_HISTOGRAM = LogBuckets("hp", lo_s=0.00025, size=64)  # 0.25 ms .. ~16 s
+# measured / predicted, 1/16 .. 64 (unitless: `lo_s` is a ratio here)
+TTFT_RATIOS = LogBuckets("rt", lo_s=0.0625, size=40)
+TPOT_RATIOS = LogBuckets("rp", lo_s=0.0625, size=40)
 
 
 def bucket_index(at_s: float, bucket_s: float) -> int:
@@ -121,6 +131,8 @@ def sample_fields(sample: LatencySample) -> dict[str, float]:
         x, y = float(sample.prompt_tokens), sample.ttft_s
         fields.update(tn=1.0, tx=x, ty=y, txx=x * x, txy=x * y)
         fields[f"{TTFT_HISTOGRAM.field}:{TTFT_HISTOGRAM.index(y)}"] = 1.0
+        if sample.ttft_predicted_s:
+            fields[_ratio_field(TTFT_RATIOS, y, sample.ttft_predicted_s)] = 1.0
     tpot = sample.tpot_s
     if tpot is None or kind == "first_token":
         return fields
@@ -130,7 +142,13 @@ def sample_fields(sample: LatencySample) -> dict[str, float]:
         fields.update(pn=w, pc=w * c, py=w * tpot, pcc=w * c * c, pcy=w * c * tpot)
     if kind != "progress":
         fields[f"{TPOT_HISTOGRAM.field}:{TPOT_HISTOGRAM.index(tpot)}"] = 1.0
+        if sample.tpot_predicted_s:
+            fields[_ratio_field(TPOT_RATIOS, tpot, sample.tpot_predicted_s)] = 1.0
     return fields
+
+
+def _ratio_field(histogram: LogBuckets, measured_s: float, predicted_s: float) -> str:
+    return f"{histogram.field}:{histogram.index(measured_s / predicted_s)}"
 
 
 def fast_fields(fields: Mapping[str, float]) -> dict[str, float]:
@@ -202,10 +220,26 @@ def estimate(
         errors=round(sums.get("err", 0.0)),
         throttled=round(sums.get("thr", 0.0)),
         e2e_mean_s=_ratio(weighted, "e2e", "e2e_n"),
-        **_ttft(weighted, histograms.get(TTFT_HISTOGRAM.field, {})),
-        **_tpot(weighted, histograms.get(TPOT_HISTOGRAM.field, {})),
+        **_ttft(weighted, histograms[TTFT_HISTOGRAM.field]),
+        **_tpot(weighted, histograms[TPOT_HISTOGRAM.field]),
+        **_calibration(sums, histograms),
         fast=fast_window(fast) if fast else None,
     )
+
+
+def _calibration(
+    sums: Mapping[str, float], weighted: Mapping[str, dict[int, float]]
+) -> dict[str, Any]:
+    """The ratio histograms' plain counts and decayed p95s."""
+    found: dict[str, Any] = {}
+    for name, histogram in (("ttft", TTFT_RATIOS), ("tpot", TPOT_RATIOS)):
+        counts = weighted[histogram.field]
+        if counts:
+            prefix = f"{histogram.field}:"
+            plain = sum(v for k, v in sums.items() if k.startswith(prefix))
+            found[f"{name}_ratio_n"] = round(plain)
+            found[f"{name}_ratio_p95"] = histogram.quantiles(counts, (0.95,))[0]
+    return found
 
 
 def _ttft(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, Any]:
@@ -245,16 +279,15 @@ def _tpot(w: Mapping[str, float], counts: Mapping[int, float]) -> dict[str, Any]
 
 # Every histogram field name ("ht:12") with its histogram and index, parsed once: an estimate is
 # rebuilt from ~60 merged fields whenever an endpoint's window changes.
+_ALL_HISTOGRAMS = (TTFT_HISTOGRAM, TPOT_HISTOGRAM, TTFT_RATIOS, TPOT_RATIOS)
 _HISTOGRAM_FIELDS = {
-    f"{h.field}:{i}": (h.field, i)
-    for h in (TTFT_HISTOGRAM, TPOT_HISTOGRAM)
-    for i in range(h.size + 1)
+    f"{h.field}:{i}": (h.field, i) for h in _ALL_HISTOGRAMS for i in range(h.size + 1)
 }
 
 
 def _histograms(w: Mapping[str, float]) -> dict[str, dict[int, float]]:
     """LogBuckets fields ("ht:12") grouped by histogram: {"ht": {12: count}, ...}."""
-    found: dict[str, dict[int, float]] = {TTFT_HISTOGRAM.field: {}, TPOT_HISTOGRAM.field: {}}
+    found: dict[str, dict[int, float]] = {h.field: {} for h in _ALL_HISTOGRAMS}
     fields = _HISTOGRAM_FIELDS
     for name, value in w.items():
         parsed = fields.get(name)

@@ -184,6 +184,13 @@ class Metrics:
             ["slo_class", "tenant", "target"],
             registry=r,
         )
+        self.coverage = Counter(
+            "slo_gateway_p95_coverage",
+            "Attempts whose TTFT or TPOT (signal) came within (result: within or beyond) the p95 "
+            "the policy predicted for the endpoint: a calibrated p95 covers about 95%.",
+            ["endpoint", "slo_class", "signal", "result"],
+            registry=r,
+        )
         self.shed = Counter(
             "slo_gateway_shed",
             "Requests refused by admission, by reason (also x-slo-gateway-reason).",

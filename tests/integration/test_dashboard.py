@@ -190,6 +190,15 @@ def test_the_json_agrees_with_the_store_the_admin_views_and_the_counters(stack: 
         name: round(counter_sum(metrics, "slo_gateway_slo_total", slo_class=name))
         for name in ("interactive", "batch")
     }
+    for entry in document["endpoints"]:  # its p95 coverage, from slo_gateway_p95_coverage
+        eid, covered = entry["id"], entry["coverage"]
+        judged = counter_sum(metrics, "slo_gateway_p95_coverage_total", endpoint=eid, signal="ttft")
+        within = counter_sum(
+            metrics, "slo_gateway_p95_coverage_total", endpoint=eid, signal="ttft", result="within"
+        )
+        assert covered.get("ttft_n", 0.0) == judged
+        assert covered.get("ttft") == (within / judged if judged else None)
+    assert any(entry["coverage"].get("ttft_n") for entry in document["endpoints"])
     zeta = next(t for t in document["tenants"] if t["name"] == "zeta")
     assert zeta["total"]["shed"]["tenant_rate_limited"] >= statuses.count(429)
     assert zeta["total"]["shed_total"] == round(

@@ -10,7 +10,9 @@ import pytest
 from policies import cost_first, latency_ewma, power_of_two
 from policies.base import EndpointSnapshot, EngineSignals, LatencyEstimate, RouteRequest, SloTarget
 
-REQUEST = RouteRequest("r", "m", "t", SloTarget("chat"), prompt_tokens=1000, max_tokens=100)
+REQUEST = RouteRequest(
+    "r", "m", "t", SloTarget("chat"), prompt_tokens=1000, max_tokens=100, stream=False
+)
 STREAMING = RouteRequest(
     "r", "m", "t", SloTarget("chat"), prompt_tokens=1000, max_tokens=100, stream=True
 )

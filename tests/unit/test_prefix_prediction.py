@@ -89,7 +89,9 @@ def test_outcomes_record_uncached_prompt_tokens() -> None:
     seen: list[Any] = []
     healthy = SimpleNamespace(breaker=SimpleNamespace(failures=0))
     view = SimpleNamespace(store=store, stats=lambda _: healthy)
-    leases = SimpleNamespace(in_flight_when_taken=lambda *_: 1, drop=lambda *_: None)
+    leases = SimpleNamespace(
+        in_flight_when_taken=lambda *_: 1, drop=lambda *_: None, predicted=lambda *_: None
+    )
     outcomes = Outcomes(leases, None, None, view, seen.append)  # type: ignore[arg-type]
     result = Finished("ok", 200, 4000, 10, 0.3, 0.02, 0.5, cached_tokens=3000)
     outcomes.finished("e", request(4000), result, None, now=100.0)
@@ -107,7 +109,7 @@ def test_a_first_token_is_fitted_on_the_uncached_tokens_the_index_predicted() ->
     view = SimpleNamespace(
         store=store, stats=lambda _: healthy, shared=lambda _: None, in_flight=lambda *_: 1
     )
-    leases = SimpleNamespace(first_token=lambda *_: None)
+    leases = SimpleNamespace(first_token=lambda *_: None, predicted=lambda *_: None)
     outcomes = Outcomes(leases, None, None, view, seen.append)  # type: ignore[arg-type]
     progress = StreamProgress()
     predicted = request(4000, {"e": 3000.0, "other": 500.0})

@@ -95,6 +95,7 @@ def layout(runtime: Runtime) -> str:
 
 def endpoints(runtime: Runtime, history: History) -> list[dict[str, Any]]:
     model = readings.estimator(runtime)
+    covered = readings.coverage(runtime.metrics)
     entries = []
     for view in ops.endpoint_views(runtime):
         health, status = judge(view)
@@ -104,6 +105,7 @@ def endpoints(runtime: Runtime, history: History) -> list[dict[str, Any]]:
                 "health": health,
                 "status": status,
                 "predicted": predicted(runtime, model, view["id"]),
+                "coverage": covered.get(view["id"], {}),
                 "history": history.series(view["id"]),
             }
         )

@@ -173,7 +173,8 @@ def _latency(e: Mapping[str, Any], name: str) -> str:
         f'<td class="num"><span class="obs">obs</span> {cell(e, f"estimate.{name}_p50_s", "ms")}'
         f' / {cell(e, f"estimate.{name}_p95_s", "ms")}<br><span class="pred">pred</span> '
         f"{cell(e, f'predicted.{name}_mean_s', 'ms')} / {cell(e, f'predicted.{name}_p95_s', 'ms')}"
-        "</td>"
+        f"<small>within p95 {cell(e, f'coverage.{name}', 'pct')} of "
+        f"{cell(e, f'coverage.{name}_n', 'num')}</small></td>"
     )
 
 

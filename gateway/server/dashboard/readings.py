@@ -100,6 +100,22 @@ def totals(metrics: Metrics) -> Totals:
     )
 
 
+def coverage(metrics: Metrics) -> dict[str, dict[str, float | None]]:
+    """Per endpoint, of this replica's attempts since it started: the share whose TTFT and TPOT
+    came within the p95s predicted for them (None: none judged), and how many were judged."""
+    counts = _counts(metrics.coverage, ("endpoint", "signal", "result"))
+    found: dict[str, dict[str, float | None]] = {}
+    for endpoint_id in {key[0] for key in counts}:
+        entry: dict[str, float | None] = {}
+        for signal in ("ttft", "tpot"):
+            within = counts.get((endpoint_id, signal, "within"), 0.0)
+            judged = within + counts.get((endpoint_id, signal, "beyond"), 0.0)
+            entry[signal] = within / judged if judged else None
+            entry[f"{signal}_n"] = judged
+        found[endpoint_id] = entry
+    return found
+
+
 def _counts(counter: Counter, labels: tuple[str, ...]) -> dict[Key, float]:
     """Sum a counter's `_total` samples by `labels` (other labels are added up)."""
     counts: dict[Key, float] = {}
