@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from gateway.config.settings import GatewayConfig, SloClassConfig, TenantConfig, hash_key
 from gateway.core.engine_hints import EngineHints, hints_for
 from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
+from gateway.telemetry.metrics import log
 from policies.base import SloTarget
 
 _MISSING = (
@@ -94,6 +95,18 @@ class KeyRing:
     def hints(self, caller: Caller, slo_class: str) -> EngineHints | None:
         """The engine priority and service tier for `caller`'s requests of an allowed class."""
         return self._hints[caller.tenant, slo_class]
+
+
+def warn_unset_keys(config: GatewayConfig) -> None:
+    """One warning per tenant whose `api_key_env` is unset or empty: its key then matches
+    nothing, and every request with it is a 401 that says nothing about why."""
+    for name, tenant in config.tenants.items():
+        if tenant.api_key_env and not os.environ.get(tenant.api_key_env):
+            log.warning(
+                "tenant %r: api_key_env %s is unset or empty; that key is refused until it is set",
+                name,
+                tenant.api_key_env,
+            )
 
 
 def _tightest(target_s: float | None, hint_ms: str | None, header: str) -> float | None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.config.settings import GatewayConfig, Settings
 from gateway.server.admission_queue import Admission
-from gateway.server.auth import KeyRing
+from gateway.server.auth import KeyRing, warn_unset_keys
 from gateway.server.finisher import Finisher
 from gateway.server.router import Router
 from gateway.state import keys
@@ -101,6 +101,7 @@ class Runtime:
         metrics: Metrics | None = None,
     ) -> Runtime:
         """`metrics`: the app's, whose middleware counts requests into them (server/app.py)."""
+        warn_unset_keys(config)
         store, kind = (store, "custom") if store else open_store(config, settings)
         metrics, background = metrics or Metrics(), Background()
         registry = Registry(config.endpoints)
@@ -172,6 +173,7 @@ class Runtime:
         fixed = ("endpoints", "endpoint_groups", "server", "state")
         if any(getattr(config, name) != getattr(self.config, name) for name in fixed):
             log.warning("config reload: endpoints, groups, server, state apply after a restart")
+        warn_unset_keys(config)
         self.keyring = KeyRing(config)
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
         budgets = {name: tenant.budget for name, tenant in config.tenants.items()}
