@@ -12,6 +12,10 @@
     <prefix>{tenant:<tenant>}:usage:<hour>     hash  usage of one UTC hour (gateway/state/usage.py)
     <prefix>{resp:<response id>}:owner    string  the endpoint that stored a Responses API
                                           response (JSON), with the endpoint's retention as TTL
+    <prefix>{control}:keys                hash  API key id -> its record (JSON, the secret's
+                                          SHA-256 only), made by the admin API
+    <prefix>{control}:tenants             hash  tenant name -> its record (JSON)
+    <prefix>{control}:version             string  bumped by every change of either hash
 
 The prefix is versioned (`sg:v1:`): a change of layout bumps it, so old and new replicas never
 read each other's keys. The `{...}` hash tag puts all of an endpoint's keys in one Redis Cluster
@@ -34,6 +38,10 @@ TTL_MARGIN_S = 5.0
 # A spend key outlives its day or month by a day: a request settled just after midnight still
 # finds the window it is counted in, whatever the skew.
 SPEND_TTL_MARGIN_S = 86400.0
+# Control records are configuration, not state: their TTL is refreshed by every change and by
+# every running replica (gateway/state/control.py), so only a deployment stopped this long
+# loses them; the config file stays the durable source (docs/operations.md).
+CONTROL_TTL_S = 400 * 86400.0
 USAGE_RETENTION_S = 35 * 86400.0  # hourly usage buckets kept (config: state.usage_retention_days)
 
 
@@ -76,3 +84,7 @@ class KeySpace:
 
     def response_owner(self, response_id: str) -> str:
         return f"{self.prefix}{{resp:{response_id}}}:owner"
+
+    def control(self, part: str) -> str:
+        """`part`: "keys", "tenants" or "version"; one slot, so one script changes them."""
+        return f"{self.prefix}{{control}}:{part}"
