@@ -178,9 +178,10 @@ class TenantBudget(_Strict):
     )
 
 
-class TenantConfig(_Strict):
-    api_key_env: str | None = None
-    api_key_sha256: list[str] = Field(default_factory=list)
+class TenantSpec(_Strict):
+    """What a tenant may do, wherever it is declared: the config file (`TenantConfig`, with its
+    keys) or the admin API (gateway/config/control.py, its keys issued apart)."""
+
     allowed_classes: list[str] = Field(min_length=1)
     default_class: str
     limits: TenantLimits = TenantLimits()
@@ -193,14 +194,23 @@ class TenantConfig(_Strict):
     enforce_class_priority: bool = False
 
     @model_validator(mode="after")
+    def _default_class(self) -> TenantSpec:
+        if self.default_class not in self.allowed_classes:
+            raise ValueError(f"default_class {self.default_class!r} is not in allowed_classes")
+        return self
+
+
+class TenantConfig(TenantSpec):
+    api_key_env: str | None = None
+    api_key_sha256: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
     def _keys(self) -> TenantConfig:
         if not self.api_key_env and not self.api_key_sha256:
             raise ValueError("set api_key_env or api_key_sha256")
         for digest in self.api_key_sha256:
             if not _SHA256.match(digest):
                 raise ValueError("api_key_sha256 entries must be 64 lowercase hex characters")
-        if self.default_class not in self.allowed_classes:
-            raise ValueError(f"default_class {self.default_class!r} is not in allowed_classes")
         return self
 
     def key_hashes(self) -> list[str]:

@@ -146,16 +146,43 @@ class Admission:
         record.reserved_slot, record.reserved_tokens = ticket.slot, ticket.reserved
         record.limit_headers = ticket.headers
         rejected = ticket.reject
+        if rejected is None and record.key_subject is not None:
+            rejected = await self._admit_key(route, record, record.key_subject)
         if rejected is not None:
             raise self._shed(route, rejected.status, rejected.reason, rejected.retry_after_s)
 
-    def finished(self, route: RouteRequest, record: RequestRecord) -> None:
-        """The tenant's concurrency slot back, and the request settled on what it used."""
+    async def _admit_key(
+        self, route: RouteRequest, record: RequestRecord, subject: str
+    ) -> Reject | None:
+        """An API key's own limits and budget, counted like a tenant's under its subject (a
+        second round trip, only for such keys); a key refused gives its tenant's admission
+        back."""
+        keyed = route._replace(tenant=subject)
+        ticket = await self.control.tenant_ticket(keyed, time.time())
+        record.limit_headers = ticket.headers or record.limit_headers
+        if ticket.reject is None:
+            record.key_slot, record.key_reserved = ticket.slot, ticket.reserved
+            return None
         now = time.time()
+        self.control.finished(route, now)
+        tenant = TenantTicket(None, record.reserved_slot, record.reserved_tokens)
+        self.control.settle(route, tenant, None, now)
+        return ticket.reject
+
+    def finished(self, route: RouteRequest, record: RequestRecord) -> None:
+        """The tenant's (and a limited key's) concurrency slot back, and the request settled
+        on what it used."""
+        now = time.time()
+        line = usage_line(route, record)
         self.control.finished(route, now)
         ticket = TenantTicket(None, record.reserved_slot, record.reserved_tokens)
         alerted = partial(self._alert, route) if route.tenant in self._budgeted else None
-        self.control.settle(route, ticket, usage_line(route, record), now, alerted)
+        self.control.settle(route, ticket, line, now, alerted)
+        if record.key_subject is not None:
+            keyed = route._replace(tenant=record.key_subject)
+            self.control.finished(keyed, now)
+            key_ticket = TenantTicket(None, record.key_slot, record.key_reserved)
+            self.control.settle(keyed, key_ticket, line, now)
 
     def _alert(self, route: RouteRequest, window: str) -> None:
         budget = self.control.budgets.get(route.tenant)
