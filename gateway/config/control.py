@@ -53,10 +53,13 @@ class KeyRecord(KeyRules):
     revoked_at: float | None = None
 
     @property
-    def subject(self) -> str | None:
-        """The name its own limits and budget are counted under (None: it has neither)."""
-        limited = self.limits != TenantLimits() or self.budget is not None
-        return f"key:{self.id}" if limited else None
+    def subject(self) -> str:
+        """The name its usage, and its own limits and budget if any, are counted under."""
+        return f"key:{self.id}"
+
+    @property
+    def limited(self) -> bool:
+        return self.limits != TenantLimits() or self.budget is not None
 
     def view(self) -> dict[str, Any]:
         """As the admin API shows it: the hash stays inside."""

@@ -155,8 +155,8 @@ class Admission:
         self, route: RouteRequest, record: RequestRecord, subject: str
     ) -> Reject | None:
         """An API key's own limits and budget, counted like a tenant's under its subject (a
-        second round trip, only for such keys); a key refused gives its tenant's admission
-        back."""
+        second round trip, only for a key that has them: none otherwise); a key refused gives
+        its tenant's admission back."""
         keyed = route._replace(tenant=subject)
         ticket = await self.control.tenant_ticket(keyed, time.time())
         record.limit_headers = ticket.headers or record.limit_headers

@@ -18,8 +18,10 @@ changed it meanwhile; this replica applies it at once, the others at their next 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
@@ -36,11 +38,13 @@ from gateway.config.control import (
     new_secret,
 )
 from gateway.config.settings import TenantSpec, hash_key
+from gateway.core.usage import usd
 from gateway.errors import Conflict, InvalidRequest, RecordNotFound, Rejected, StoreUnavailable
 from gateway.server import openapi
 from gateway.server.intake import read_body
 from gateway.server.runtime import Runtime
 from gateway.state.control import FAILURES, ControlRecords, Kind
+from gateway.state.usage import HOUR_S
 from gateway.telemetry import audit
 
 routes = APIRouter()
@@ -67,10 +71,42 @@ async def create_key(request: Request) -> JSONResponse:
 @routes.get("/admin/keys")
 async def list_keys(request: Request) -> JSONResponse:
     runtime = await _admin(request)
-    records = await _fresh(runtime)
-    tenant = request.query_params.get("tenant")
-    keys = [k for k in _keys(records).values() if tenant is None or k.tenant == tenant]
-    return JSONResponse({"object": "list", "data": [k.view() for k in keys]})
+    await _fresh(runtime)
+    views = await key_views(runtime, request.query_params.get("tenant"))
+    return JSONResponse({"object": "list", "data": views})
+
+
+async def key_views(runtime: Runtime, tenant: str | None = None) -> list[dict[str, Any]]:
+    """The API keys (of `tenant`, or all) as this replica holds them, each with its `usage`
+    over the usage retention: requests, spend and the UTC hour of its last use, from the
+    usage buckets its requests settle under its subject (shared across replicas)."""
+    keys = [k for k in runtime.api.keys.values() if tenant is None or k.tenant == tenant]
+    runtime.admission.flush_usage()
+    until_hour = math.floor(time.time() / HOUR_S) + 1
+    since_hour = until_hour - math.ceil(runtime.config.state.usage_retention_days * 24) - 1
+    rows = await runtime.store.usage(
+        [k.subject for k in keys], since_hour=since_hour, until_hour=until_hour
+    )
+    used: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        into = used.setdefault(row.tenant, {"requests": 0, "cost_pusd": 0, "last_hour": None})
+        into["requests"] += row.metrics.get("requests", 0)
+        into["cost_pusd"] += row.metrics.get("cost_pusd", 0)
+        into["last_hour"] = max(into["last_hour"] or row.hour, row.hour)
+    return [k.view() | {"usage": _usage(used.get(k.subject))} for k in sorted(keys, key=_order)]
+
+
+def _order(key: KeyRecord) -> tuple[str, float]:
+    return key.tenant, key.created_at
+
+
+def _usage(found: dict[str, Any] | None) -> dict[str, Any]:
+    if found is None:
+        return {"requests": 0, "spend_usd": 0.0, "last_used_hour": None}
+    hour = found["last_hour"]
+    last = datetime.fromtimestamp(hour * HOUR_S, UTC).strftime("%Y-%m-%dT%H:00Z")
+    spend = usd(found["cost_pusd"])
+    return {"requests": found["requests"], "spend_usd": spend, "last_used_hour": last}
 
 
 @routes.get("/admin/keys/{key_id}")
@@ -280,10 +316,6 @@ async def _api_tenant(runtime: Runtime, name: str) -> tuple[str, TenantRecord]:
     if text is None:
         raise RecordNotFound(f"No tenant {name!r}.", code="not_found", param="name")
     return text, TenantRecord.model_validate_json(text)
-
-
-def _keys(records: ControlRecords) -> dict[str, KeyRecord]:
-    return {i: KeyRecord.model_validate_json(text) for i, text in sorted(records.keys.items())}
 
 
 def _key(records: ControlRecords, key_id: str) -> KeyRecord:

@@ -205,7 +205,7 @@ class Runtime:
         for name, tenant in self.keyring.tenants.items():
             limits[name], budgets[name] = tenant.limits, tenant.budget
         for key in self.api.keys.values():
-            if key.subject is not None:
+            if key.limited:
                 limits[key.subject], budgets[key.subject] = key.limits, key.budget
         self.admission.reconfigure(self.config.admission, limits, budgets)
 

@@ -61,8 +61,8 @@ class RequestRecord:
     reserved_tokens: int = 0
     limit_headers: tuple[tuple[bytes, bytes], ...] = ()
     cost_pusd: int = 0
-    # An API key with limits or a budget of its own (gateway/config/control.py): the name they
-    # count under, and its reservation, settled like the tenant's.
+    # An API key's (gateway/config/control.py): the name its usage (and its own limits and
+    # budget, if any) count under, and its reservation, settled like the tenant's.
     key_subject: str | None = None
     key_slot: int | None = None
     key_reserved: int = 0

@@ -34,7 +34,8 @@ HI = [{"role": "user", "content": "Hello"}]
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[str]:
     models = {PUBLIC_MODEL: ENGINE_MODEL, OTHER_MODEL: ENGINE_MODEL}
-    with one_engine_gateway(engine(), endpoint_options={"models": models}) as server:
+    options = {"models": models, "price": {"input_per_1m": 100.0, "output_per_1m": 200.0}}
+    with one_engine_gateway(engine(), endpoint_options=options) as server:
         yield server.base_url
 
 
@@ -222,3 +223,18 @@ def test_every_admin_change_is_one_audit_line_without_secrets(
     for secret in (created["key"], rotated["key"], ADMIN_KEY):
         assert secret not in text
     assert all(line["actor"]["admin_key_sha256_prefix"] for line in lines)
+
+
+def test_keys_are_listed_with_spend_and_last_use_on_the_dashboard(gateway: str) -> None:
+    created = new_key(gateway, name="billing")
+    for _ in range(2):
+        assert chat(gateway, created["key"]).status_code == 200
+    listed = admin(gateway, "GET", "/admin/keys?tenant=acme").json()["data"]
+    usage = next(k for k in listed if k["id"] == created["id"])["usage"]
+    assert usage["requests"] == 2 and usage["spend_usd"] > 0
+    assert usage["last_used_hour"] == time.strftime("%Y-%m-%dT%H:00Z", time.gmtime())
+    board = admin(gateway, "GET", "/admin/dashboard.json").json()
+    shown = next(k for k in board["keys"] if k["id"] == created["id"])
+    assert shown["usage"]["requests"] == 2 and shown["masked"] == created["masked"]
+    page = admin(gateway, "GET", "/dashboard").text
+    assert created["masked"] in page and created["key"] not in page
