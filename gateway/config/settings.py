@@ -293,6 +293,9 @@ class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
     state: StateConfig = StateConfig()
     admission: AdmissionParams = AdmissionParams()
+    # public model -> the models to serve it with, in order, when none of its endpoints is in
+    # rotation (LiteLLM's `fallbacks`)
+    fallbacks: dict[str, list[str]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
@@ -306,6 +309,13 @@ class GatewayConfig(_Strict):
             unknown = [c for c in tenant.allowed_classes if c not in self.classes]
             if unknown:
                 raise ValueError(f"tenants.{name}.allowed_classes: unknown classes {unknown}")
+        served = {m for e in self.endpoints for m in e.models} | {
+            m for g in self.endpoint_groups for m in g.member.get("models", {})
+        }
+        for model, chain in self.fallbacks.items():
+            unknown = [m for m in [model, *chain] if m not in served]
+            if unknown or model in chain:
+                raise ValueError(f"fallbacks.{model}: not served models or a loop: {unknown}")
         return self
 
 

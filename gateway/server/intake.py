@@ -87,6 +87,11 @@ def route_request(
         raise _not_served(runtime, model, api)
     if not intake.caller.may_use(model):
         raise model_not_allowed(model)
+    intake.record.fallbacks = tuple(
+        other
+        for other in runtime.config.fallbacks.get(model, ())
+        if intake.caller.may_use(other) and runtime.registry.serving(other, api)
+    )
     requested = headers.get(b"x-slo-class") or headers.get(b"x-gateway-inference-objective")
     slo = runtime.keyring.slo(
         intake.caller, requested, headers.get(b"x-slo-ttft-ms"), headers.get(b"x-slo-tpot-ms")

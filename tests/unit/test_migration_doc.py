@@ -20,7 +20,7 @@ def test_every_example_loads_and_ours_are_valid_configs() -> None:
     found = blocks()
     ours = [block for block in found if block.startswith("# slo-gateway")]
     theirs = [block for block in found if block.startswith("# LiteLLM")]
-    assert len(ours) == 2 and len(theirs) == 2 and len(found) == 4
+    assert len(ours) == 3 and len(theirs) == 3 and len(found) == 6
     for block in theirs:
         assert isinstance(yaml.safe_load(block), dict)
     for block in ours:
