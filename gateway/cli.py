@@ -78,10 +78,11 @@ def _supervise(
 def _register_tools() -> None:
     from gateway.bench import bench_command as bench
     from gateway.offline import simulate_command as offline
-    from gateway.server import demo
+    from gateway.server import control_command, demo
     from loadtests import command as live
 
     demo.register(cli)
+    control_command.register(cli)
     bench.register(cli)
     offline.register(cli)
     live.register(cli)

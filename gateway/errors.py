@@ -6,11 +6,14 @@ Anthropic routes, as an Anthropic one (the API layer picks the shape; `anthropic
     │   ├── BodyTooLarge (413)
     │   ├── ModelNotFound (404)
     │   ├── ResponseNotFound (404)    a stored response no endpoint has (or its owner lost it)
+    │   ├── RecordNotFound (404)      an admin API key or tenant that does not exist
+    │   ├── Conflict (409)            an admin change that clashes with what exists
     │   └── RequestTimeout (408)      the request head or body came too slowly
-    ├── AuthenticationFailed (401)    missing or unknown API key
-    ├── PermissionDenied (403)        an SLO class or admin view the key may not use
+    ├── AuthenticationFailed (401)    missing, unknown, revoked or expired API key
+    ├── PermissionDenied (403)        an SLO class, model or admin view the key may not use
     ├── Rejected (429 or 503)         admission said no: carries Retry-After and a reason
     ├── NoEndpointAvailable (503)     every candidate is unhealthy, cooling down or failed
+    ├── StoreUnavailable (503)        the shared store cannot take an admin change now
     └── UpstreamError (502 / 504)     the last endpoint tried failed before the first byte
 
 A refusal (429 or 503: admission, shedding, no endpoint) names its code in
@@ -114,6 +117,14 @@ class ResponseNotFound(InvalidRequest):
     status = 404
 
 
+class RecordNotFound(InvalidRequest):
+    status = 404
+
+
+class Conflict(InvalidRequest):
+    status = 409
+
+
 class Rejected(GatewayError):
     """Admission refused the request; `reason` goes out as `x-slo-gateway-reason`."""
 
@@ -131,6 +142,11 @@ class Rejected(GatewayError):
 
 
 class NoEndpointAvailable(GatewayError):
+    status = 503
+    type = "service_unavailable"
+
+
+class StoreUnavailable(GatewayError):
     status = 503
     type = "service_unavailable"
 

@@ -188,9 +188,10 @@ class TenantFairness(_Strict):
     sub_ids: bool = False
 
 
-class TenantConfig(_Strict):
-    api_key_env: str | None = None
-    api_key_sha256: list[str] = Field(default_factory=list)
+class TenantSpec(_Strict):
+    """What a tenant may do, wherever it is declared: the config file (`TenantConfig`, with its
+    keys) or the admin API (gateway/config/control.py, its keys issued apart)."""
+
     allowed_classes: list[str] = Field(min_length=1)
     default_class: str
     limits: TenantLimits = TenantLimits()
@@ -204,14 +205,23 @@ class TenantConfig(_Strict):
     fairness: TenantFairness = TenantFairness()
 
     @model_validator(mode="after")
+    def _default_class(self) -> TenantSpec:
+        if self.default_class not in self.allowed_classes:
+            raise ValueError(f"default_class {self.default_class!r} is not in allowed_classes")
+        return self
+
+
+class TenantConfig(TenantSpec):
+    api_key_env: str | None = None
+    api_key_sha256: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
     def _keys(self) -> TenantConfig:
         if not self.api_key_env and not self.api_key_sha256:
             raise ValueError("set api_key_env or api_key_sha256")
         for digest in self.api_key_sha256:
             if not _SHA256.match(digest):
                 raise ValueError("api_key_sha256 entries must be 64 lowercase hex characters")
-        if self.default_class not in self.allowed_classes:
-            raise ValueError(f"default_class {self.default_class!r} is not in allowed_classes")
         return self
 
     def key_hashes(self) -> list[str]:
@@ -306,6 +316,9 @@ class GatewayConfig(_Strict):
     server: ServerConfig = ServerConfig()
     state: StateConfig = StateConfig()
     admission: AdmissionParams = AdmissionParams()
+    # public model -> the models to serve it with, in order, when none of its endpoints is in
+    # rotation (LiteLLM's `fallbacks`)
+    fallbacks: dict[str, list[str]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
@@ -319,6 +332,13 @@ class GatewayConfig(_Strict):
             unknown = [c for c in tenant.allowed_classes if c not in self.classes]
             if unknown:
                 raise ValueError(f"tenants.{name}.allowed_classes: unknown classes {unknown}")
+        served = {m for e in self.endpoints for m in e.models} | {
+            m for g in self.endpoint_groups for m in g.member.get("models", {})
+        }
+        for model, chain in self.fallbacks.items():
+            unknown = [m for m in [model, *chain] if m not in served]
+            if unknown or model in chain:
+                raise ValueError(f"fallbacks.{model}: not served models or a loop: {unknown}")
         return self
 
 

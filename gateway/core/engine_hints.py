@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config.settings import EndpointConfig, SloClassConfig, TenantConfig
+from gateway.config.settings import EndpointConfig, SloClassConfig, TenantSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,7 @@ def _put(body: dict[str, Any], field: str, value: object, enforce: bool) -> None
         body[field] = value
 
 
-def hints_for(tenant: TenantConfig, klass: SloClassConfig) -> EngineHints | None:
+def hints_for(tenant: TenantSpec, klass: SloClassConfig) -> EngineHints | None:
     """The hints of one tenant's requests in one class; None when there is nothing to add."""
     enforce = tenant.enforce_class_priority
     if klass.engine_priority is None and klass.service_tier is None and not enforce:

@@ -190,6 +190,8 @@ class Admission:
         record.held_pusd = ticket.held_pusd
         record.limit_headers = ticket.headers
         rejected = ticket.reject
+        if rejected is None and record.key_subject is not None:
+            rejected = await self._admit_key(route, record, record.key_subject)
         if rejected is not None:
             raise self._shed(route, rejected.status, rejected.reason, rejected.retry_after_s)
 
@@ -223,9 +225,28 @@ class Admission:
 
         return charged
 
+    async def _admit_key(
+        self, route: RouteRequest, record: RequestRecord, subject: str
+    ) -> Reject | None:
+        """An API key's own limits and budget, counted like a tenant's under its subject (a
+        second round trip, only for a key that has them: none otherwise); a key refused gives
+        its tenant's admission back."""
+        keyed = route._replace(tenant=subject)
+        ticket = await self.control.tenant_ticket(keyed, time.time(), self._prices(keyed))
+        record.limit_headers = ticket.headers or record.limit_headers
+        if ticket.reject is None:
+            record.key_slot, record.key_reserved = ticket.slot, ticket.reserved
+            record.key_held_pusd = ticket.held_pusd
+            return None
+        now = time.time()
+        self.control.finished(route, now)
+        self.control.settle(route, _ticket(record), None, now)
+        return ticket.reject
+
     def finished(self, route: RouteRequest, record: RequestRecord) -> None:
-        """The tenant's concurrency slot back, and the request settled on what it used (its
-        fairness charge too)."""
+        """The tenant's (and a limited key's) concurrency slot back, and the request settled
+        on what it used (its fairness charge too). A key's tokens window is charged at the
+        end, not as a stream runs."""
         now = time.time()
         self.control.finished(route, now)
         alerted = partial(self._alert, route) if route.tenant in self._budgeted else None
@@ -236,6 +257,13 @@ class Admission:
         else:
             prompt, cached, output = line.prompt_tokens, line.cached_tokens, line.completion_tokens
             self.control.served(route, prompt, cached, output)
+        if record.key_subject is not None:
+            keyed = route._replace(tenant=record.key_subject)
+            self.control.finished(keyed, now)
+            key_ticket = TenantTicket(
+                None, record.key_slot, record.key_reserved, held_pusd=record.key_held_pusd
+            )
+            self.control.settle(keyed, key_ticket, line, now)
 
     def _alert(self, route: RouteRequest, window: str) -> None:
         budget = self.control.budgets.get(route.tenant)

@@ -18,6 +18,7 @@ def explain(
     headers = {
         "x-slo-gateway-endpoint": endpoint_id,
         "x-slo-gateway-class": request.slo.name,
+        "x-slo-gateway-model": request.model,  # the one served (a fallback's, if one was)
         "x-slo-gateway-attempts": str(attempts),
     }
     if ranking.reason:

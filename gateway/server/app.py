@@ -25,6 +25,7 @@ from gateway.config.settings import GatewayConfig, Settings
 from gateway.errors import GatewayError, InvalidRequest
 from gateway.server import (
     anthropic_routes,
+    control_routes,
     dashboard,
     model_routes,
     openai_routes,
@@ -39,7 +40,7 @@ from gateway.server.openai_routes import Handler
 from gateway.server.reload import ConfigReloader
 from gateway.server.runtime import Runtime
 from gateway.state.store import StatsStore
-from gateway.telemetry import access_log, request_log, tracing
+from gateway.telemetry import access_log, audit, request_log, tracing
 from gateway.telemetry.metrics import Metrics, log
 
 GC_YOUNG_OBJECTS = 20_000  # CPython's default is 700
@@ -64,6 +65,7 @@ def create_app(
     access_log.strip_queries()
     if settings.request_log:
         request_log.configure()
+    audit.configure()
     metrics = Metrics()  # the middleware counts every request; the runtime the rest
 
     @asynccontextmanager
@@ -104,6 +106,7 @@ def create_app(
     app.include_router(model_routes.routes)
     app.include_router(ops.routes)
     app.include_router(usage_routes.routes)
+    app.include_router(control_routes.routes)
     app.include_router(dashboard.routes)
     logs = {"request_log": settings.request_log, "log_prompts": settings.log_prompts}
     app.add_middleware(RequestMiddleware, metrics=metrics, **logs)

@@ -1,4 +1,10 @@
-"""API keys -> tenants. Keys are compared as SHA-256 digests, never stored or logged in clear."""
+"""API keys -> tenants. Keys are compared as SHA-256 digests, never stored or logged in clear.
+
+Tenants and keys come from the config file and from the admin API (gateway/config/control.py).
+A tenant named in both is the config's: the file is the source of truth for what it declares,
+and the API's record of that name is ignored. Keys from the API may belong to either kind of
+tenant; a key whose tenant is gone authenticates as no key.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,15 @@ import dataclasses
 import hmac
 import math
 import os
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.config.settings import GatewayConfig, SloClassConfig, TenantConfig, hash_key
+from gateway.config.control import KeyRecord
+from gateway.config.settings import GatewayConfig, SloClassConfig, TenantSpec, hash_key
 from gateway.core.engine_hints import EngineHints, hints_for
 from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied
+from gateway.telemetry.metrics import log
 from policies.base import SloTarget
 
 _MISSING = (
@@ -23,22 +33,44 @@ _INVALID = "Incorrect API key provided."
 @dataclass(frozen=True, slots=True)
 class Caller:
     tenant: str
-    config: TenantConfig
+    config: TenantSpec
+    key: KeyRecord | None = None  # an API key's record; None for a config file key
+
+    def may_use(self, model: str) -> bool:
+        allowed = self.key.allowed_models if self.key is not None else None
+        return allowed is None or model in allowed
+
+    @property
+    def allowed_classes(self) -> list[str]:
+        narrowed = self.key.allowed_classes if self.key is not None else None
+        if narrowed is None:
+            return self.config.allowed_classes
+        return [name for name in narrowed if name in self.config.allowed_classes]
 
 
 class KeyRing:
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        api_tenants: Mapping[str, TenantSpec] | None = None,
+        api_keys: Sequence[KeyRecord] = (),
+    ) -> None:
+        """`api_tenants`, `api_keys`: the admin API's records (a config tenant's name wins)."""
+        self.tenants: dict[str, TenantSpec] = {**(api_tenants or {}), **config.tenants}
         self._tenants: dict[str, Caller] = {}
         for name, tenant in config.tenants.items():
             for digest in tenant.key_hashes():
                 self._tenants[digest] = Caller(name, tenant)
+        for key in api_keys:
+            if key.tenant in self.tenants:
+                self._tenants[key.sha256] = Caller(key.tenant, self.tenants[key.tenant], key)
         self._admin = _digest_of(config.server.admin_key_env)
         self._metrics = _digest_of(config.server.metrics_token_env)
         self._metrics_protected = config.server.metrics_token_env is not None
         self._classes = config.classes
         self._hints = {
             (tenant, name): hints_for(tenant_config, config.classes[name])
-            for tenant, tenant_config in config.tenants.items()
+            for tenant, tenant_config in self.tenants.items()
             for name in tenant_config.allowed_classes
         }
 
@@ -50,6 +82,8 @@ class KeyRing:
         caller = self._tenants.get(digest)
         if caller is None:
             raise AuthenticationFailed(_INVALID, code="invalid_api_key")
+        if caller.key is not None:
+            _check_live(caller.key, time.time())
         return caller
 
     def require_admin(self, authorization: str | None) -> None:
@@ -80,11 +114,13 @@ class KeyRing:
         )
 
     def _class(self, caller: Caller, requested: str | None) -> SloTarget:
-        name = requested or caller.config.default_class
-        if name not in caller.config.allowed_classes:
+        allowed = caller.allowed_classes
+        default = caller.config.default_class
+        name = requested or (default if default in allowed or not allowed else allowed[0])
+        if name not in allowed:
             raise PermissionDenied(
                 f"SLO class {name!r} is not allowed for this API key; "
-                f"allowed: {', '.join(caller.config.allowed_classes)}.",
+                f"allowed: {', '.join(allowed)}.",
                 code="slo_class_not_allowed",
                 param="x-slo-class",
             )
@@ -94,6 +130,33 @@ class KeyRing:
     def hints(self, caller: Caller, slo_class: str) -> EngineHints | None:
         """The engine priority and service tier for `caller`'s requests of an allowed class."""
         return self._hints[caller.tenant, slo_class]
+
+
+def _check_live(key: KeyRecord, now: float) -> None:
+    """A revoked or expired key is refused, each with its own code (the key existed: saying
+    so leaks nothing its holder does not know)."""
+    if key.revoked_at is not None:
+        raise AuthenticationFailed("This API key was revoked.", code="key_revoked")
+    if key.expires_at is not None and key.expires_at <= now:
+        raise AuthenticationFailed("This API key has expired.", code="key_expired")
+
+
+def model_not_allowed(model: str) -> PermissionDenied:
+    return PermissionDenied(
+        f"This API key may not use the model {model!r}.", code="model_not_allowed", param="model"
+    )
+
+
+def warn_unset_keys(config: GatewayConfig) -> None:
+    """One warning per tenant whose `api_key_env` is unset or empty: its key then matches
+    nothing, and every request with it is a 401 that says nothing about why."""
+    for name, tenant in config.tenants.items():
+        if tenant.api_key_env and not os.environ.get(tenant.api_key_env):
+            log.warning(
+                "tenant %r: api_key_env %s is unset or empty; that key is refused until it is set",
+                name,
+                tenant.api_key_env,
+            )
 
 
 def _tightest(target_s: float | None, hint_ms: str | None, header: str) -> float | None:

@@ -20,7 +20,7 @@ from starlette.types import Receive
 from gateway.config.settings import Api
 from gateway.core.engine_hints import EngineHints
 from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
-from gateway.server.auth import Caller
+from gateway.server.auth import Caller, model_not_allowed
 from gateway.server.runtime import Runtime
 from gateway.telemetry.record import RequestRecord
 from policies.base import RouteRequest
@@ -76,6 +76,7 @@ async def take(request: Request, *, api_key_header: bool = False) -> Intake:
     caller = runtime.keyring.caller(headers.get(b"authorization"), api_key)
     request.state.tenant = caller.tenant
     record: RequestRecord = request.state.record
+    record.key_subject = caller.key.subject if caller.key is not None else None
     body = await read_body(request, runtime.config.server.max_body_bytes, headers)
     record.body = body
     return Intake(runtime, caller, body, record, headers)
@@ -95,6 +96,13 @@ def route_request(
     runtime, headers = intake.runtime, intake.headers
     if not runtime.registry.serving(model, api):
         raise _not_served(runtime, model, api)
+    if not intake.caller.may_use(model):
+        raise model_not_allowed(model)
+    intake.record.fallbacks = tuple(
+        other
+        for other in runtime.config.fallbacks.get(model, ())
+        if intake.caller.may_use(other) and runtime.registry.serving(other, api)
+    )
     requested = headers.get(b"x-slo-class") or headers.get(b"x-gateway-inference-objective")
     slo = runtime.keyring.slo(
         intake.caller, requested, headers.get(b"x-slo-ttft-ms"), headers.get(b"x-slo-tpot-ms")

@@ -27,7 +27,8 @@ def _models(request: Request) -> list[str]:
     headers = request.headers
     caller = runtime.keyring.caller(headers.get("authorization"), headers.get("x-api-key"))
     request.state.tenant = caller.tenant
-    return runtime.registry.models("messages" if anthropic(request) else None)
+    served = runtime.registry.models("messages" if anthropic(request) else None)
+    return [model for model in served if caller.may_use(model)]
 
 
 def anthropic(request: Request) -> bool:

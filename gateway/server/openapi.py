@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
 _POSITIVE_INT_OR_NULL = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]}
 _PASSED_THROUGH = "Any other OpenAI field is passed to the endpoint untouched."
 _COMMON = {
@@ -196,3 +198,30 @@ def stored_route() -> dict[str, Any]:
         "502": "The owner did not answer.",
     }
     return {"responses": error_responses(statuses)}
+
+
+def admin_body(model: type[BaseModel]) -> dict[str, Any]:
+    """An admin route's JSON body, described by the Pydantic model that validates it (its
+    `$defs` inlined: the document has no components for them)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _inlined(schema, defs)}},
+        },
+        "responses": error_responses(
+            {"400": "Unknown field or bad value (`param` names it)", "401": "Not the admin key"}
+        ),
+    }
+
+
+def _inlined(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
+        return {key: _inlined(value, defs) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_inlined(item, defs) for item in node]
+    return node

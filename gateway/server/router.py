@@ -21,6 +21,7 @@ scrapes), so deciding costs no round trip.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import random
 import time
@@ -112,6 +113,8 @@ class Router:
         record.route, record.tenant = request, request.tenant
         with tracing.span("admission"):
             await self.admission.admit_tenant(request, record)
+        if record.fallbacks:
+            request, call = self._fall_back(request, call, record)
         try:
             routed = await self._route(request, call, record, receive)
             self.prefix.sent(routed.opened.endpoint.id, request, chain)
@@ -123,6 +126,20 @@ class Router:
             await self._respond(routed, chain, request, call, record, receive, send)
         finally:
             self.admission.finished(request, record)
+
+    def _fall_back(
+        self, request: RouteRequest, call: UpstreamCall, record: RequestRecord
+    ) -> tuple[RouteRequest, UpstreamCall]:
+        """The request for the first model of [requested, *fallbacks] with an endpoint in
+        rotation (the requested one when none has: its error says so)."""
+        if self.snapshots(request.model, call):
+            return request, call
+        for model in record.fallbacks:
+            if self.snapshots(model, call):
+                self.metrics.fallbacks.labels(request.model, model).inc()
+                record.route = request._replace(model=model)
+                return record.route, dataclasses.replace(call, model=model)
+        return request, call
 
     async def _route(
         self, request: RouteRequest, call: UpstreamCall, record: RequestRecord, receive: Receive

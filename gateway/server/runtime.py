@@ -8,16 +8,18 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.config.settings import GatewayConfig, Settings
+from gateway.config.control import ApiRecords, parse_records
+from gateway.config.settings import GatewayConfig, Settings, TenantBudget, TenantLimits
 from gateway.core.fair_share import weights
 from gateway.server.admission_queue import Admission
-from gateway.server.auth import KeyRing
+from gateway.server.auth import KeyRing, warn_unset_keys
 from gateway.server.finisher import Finisher
 from gateway.server.response_owners import ResponseOwners
 from gateway.server.router import Router
 from gateway.state import keys
 from gateway.state.background import Background
 from gateway.state.breaker import BreakerPolicy
+from gateway.state.control import ControlRecords, ControlStore, control_store_for, follow
 from gateway.state.leases import LeaseBook
 from gateway.state.memory_store import MemoryStatsStore
 from gateway.state.redis_connect import connect
@@ -90,6 +92,8 @@ class Runtime:
     router: Router
     metrics: Metrics
     background: Background
+    control: ControlStore
+    api: ApiRecords = field(default_factory=ApiRecords)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -102,6 +106,7 @@ class Runtime:
         metrics: Metrics | None = None,
     ) -> Runtime:
         """`metrics`: the app's, whose middleware counts requests into them (server/app.py)."""
+        warn_unset_keys(config)
         store, kind = (store, "custom") if store else open_store(config, settings)
         metrics, background = metrics or Metrics(), Background()
         registry = Registry(config.endpoints)
@@ -151,6 +156,7 @@ class Runtime:
             router,
             metrics,
             background,
+            control_store_for(store),
         )
 
     def start(self) -> None:
@@ -164,6 +170,7 @@ class Runtime:
             self.admission.sync_fair_share(),
             self.router.finisher.leases.run(),
             self.metrics.usage.run(),
+            follow(self.control, self.apply_records),
         ]
         if isinstance(self.store, ResilientStore):
             jobs.append(self.store.watch())
@@ -174,10 +181,7 @@ class Runtime:
         fixed = ("endpoints", "endpoint_groups", "server", "state")
         if any(getattr(config, name) != getattr(self.config, name) for name in fixed):
             log.warning("config reload: endpoints, groups, server, state apply after a restart")
-        self.keyring = KeyRing(config)
-        limits = {name: tenant.limits for name, tenant in config.tenants.items()}
-        budgets = {name: tenant.budget for name, tenant in config.tenants.items()}
-        self.admission.reconfigure(config.admission, limits, budgets, weights(config))
+        warn_unset_keys(config)
         self.router.policy = build_policy(config.policy)
         self.config = self.config.model_copy(
             update={
@@ -185,8 +189,29 @@ class Runtime:
                 for name in ("tenants", "classes", "policy", "admission")
             }
         )
+        self._grant()
         # The running endpoints' keys and the new tenants' (the endpoints change on restart).
         self.router.redactor = redactor_for(self.config)
+
+    def apply_records(self, records: ControlRecords) -> None:
+        """Swap in the admin API's tenants and keys (read by `follow`, or after a change)."""
+        self.api = parse_records(records.version, records.keys, records.tenants)
+        self._grant()
+
+    def _grant(self) -> None:
+        """The keyring and the limits of every tenant and limited key, from the config and
+        the admin API's records."""
+        self.keyring = KeyRing(self.config, self.api.tenants, list(self.api.keys.values()))
+        limits: dict[str, TenantLimits] = {}
+        budgets: dict[str, TenantBudget | None] = {}
+        fair_weights: dict[str, float] = {}
+        for name, tenant in self.keyring.tenants.items():
+            limits[name], budgets[name] = tenant.limits, tenant.budget
+            fair_weights[name] = tenant.fairness.weight
+        for key in self.api.keys.values():
+            if key.limited:
+                limits[key.subject], budgets[key.subject] = key.limits, key.budget
+        self.admission.reconfigure(self.config.admission, limits, budgets, fair_weights)
 
     def next_seq(self) -> int:
         return next(self._seq)

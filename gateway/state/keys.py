@@ -21,6 +21,10 @@
                                           API responses, until the endpoint's retention
     <prefix>{tenant:<tenant>}:owner_order zset  response id -> creation (unix ms): the oldest
                                           go first beyond the tenant's cap (owners.py)
+    <prefix>{control}:keys                hash  API key id -> its record (JSON, the secret's
+                                          SHA-256 only), made by the admin API
+    <prefix>{control}:tenants             hash  tenant name -> its record (JSON)
+    <prefix>{control}:version             string  bumped by every change of either hash
 
 The prefix is versioned (`sg:v1:`): a change of layout bumps it, so old and new replicas never
 read each other's keys. The `{...}` hash tag puts all of an endpoint's keys in one Redis Cluster
@@ -46,6 +50,10 @@ SPEND_TTL_MARGIN_S = 86400.0
 # Fairness counters outlive the idle spell after which a key is forgotten anyway
 # (policies/fair_share.py FORGET_S).
 FAIR_TTL_S = 600.0
+# Control records are configuration, not state: their TTL is refreshed by every change and by
+# every running replica (gateway/state/control.py), so only a deployment stopped this long
+# loses them; the config file stays the durable source (docs/operations.md).
+CONTROL_TTL_S = 400 * 86400.0
 USAGE_RETENTION_S = 35 * 86400.0  # hourly usage buckets kept (config: state.usage_retention_days)
 
 
@@ -99,3 +107,7 @@ class KeySpace:
     def response_owners(self, tenant: str) -> tuple[str, str]:
         """The tenant's owner map and the order its owners were created in."""
         return self.tenant(tenant, "owners"), self.tenant(tenant, "owner_order")
+
+    def control(self, part: str) -> str:
+        """`part`: "keys", "tenants" or "version"; one slot, so one script changes them."""
+        return f"{self.prefix}{{control}}:{part}"

@@ -191,6 +191,13 @@ class Metrics:
             ["endpoint", "slo_class", "signal", "result"],
             registry=r,
         )
+        self.fallbacks = Counter(
+            "slo_gateway_fallbacks",
+            "Requests served by a fallback model (config `fallbacks`): none of the requested "
+            "model's endpoints was in rotation.",
+            ["requested", "served"],
+            registry=r,
+        )
         self.shed = Counter(
             "slo_gateway_shed",
             "Requests refused by admission, by reason (also x-slo-gateway-reason).",

@@ -11,6 +11,7 @@ from redis.asyncio import Connection, ConnectionPool, Redis
 from redis.crc import key_slot
 
 from gateway.state.breaker import BreakerPolicy
+from gateway.state.control import SWAP_SCRIPT
 from gateway.state.owners import RedisOwnerStore
 from gateway.state.redis_store import SCRIPTS, RedisStatsStore, Write
 from gateway.state.store import TenantCharge, TenantQuota
@@ -162,7 +163,7 @@ def test_lua_scripts_are_package_files_with_a_header() -> None:
         for entry in (resources.files("gateway.state") / "lua").iterdir()
         if entry.name.endswith(".lua")
     ]
-    assert {s.name.removesuffix(".lua") for s in scripts} == set(SCRIPTS)
+    assert {s.name.removesuffix(".lua") for s in scripts} == {*SCRIPTS, SWAP_SCRIPT}
     for script in scripts:
         text = script.read_text()
         for marker in ("-- KEYS[1]", "-- ARGV[1]", "-- returns"):

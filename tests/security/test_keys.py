@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Iterator
 
 import httpx
@@ -120,3 +121,26 @@ def test_a_missing_or_malformed_authorization_is_401(gateway: str) -> None:
         response = post(gateway, authorization)
         assert response.status_code == 401, authorization
         assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_startup_warns_of_every_tenant_whose_key_variable_is_unset_or_empty(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tenant whose variable is missing would otherwise start silently and answer 401 to
+    everything; the warning names the tenant and the variable."""
+    monkeypatch.delenv("TEST_UNSET_TENANT_KEY", raising=False)
+    monkeypatch.setenv("TEST_BLANK_TENANT_KEY", "")
+    unset = {"allowed_classes": ["batch"], "default_class": "batch"}
+    tenants = TENANTS | {
+        "ghost": unset | {"api_key_env": "TEST_UNSET_TENANT_KEY"},
+        "blank": unset | {"api_key_env": "TEST_BLANK_TENANT_KEY"},
+    }
+    with (
+        caplog.at_level(logging.WARNING, logger="slo_gateway"),
+        one_engine_gateway(tenants=tenants) as gateway,
+    ):
+        assert post(gateway.base_url, f"Bearer {TENANT_KEY}").status_code == 200
+    warnings = [r.getMessage() for r in caplog.records if "api_key_env" in r.getMessage()]
+    assert len(warnings) == 2, warnings
+    assert "'ghost'" in warnings[0] and "TEST_UNSET_TENANT_KEY" in warnings[0]
+    assert "'blank'" in warnings[1] and "TEST_BLANK_TENANT_KEY" in warnings[1]

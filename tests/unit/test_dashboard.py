@@ -181,6 +181,16 @@ def test_the_page_escapes_names_it_did_not_write() -> None:
         "endpoints": [],
         "classes": [],
         "tenants": [],
+        "keys": [
+            {
+                "id": "key_1",
+                "tenant": "<i>acme</i>",
+                "masked": "sk-sg-...abcd",
+                "name": "<script>alert(1)</script>",
+                "revoked_at": None,
+                "usage": {"requests": 1, "spend_usd": 0.5, "last_used_hour": None},
+            }
+        ],
         "decisions": [
             {
                 "at_s": 99.0,
@@ -195,3 +205,4 @@ def test_the_page_escapes_names_it_did_not_write() -> None:
     page = render(doc)
     assert "<script>" not in page.replace('<script src="dashboard/static/dashboard.js"', "")
     assert "&lt;img src=x&gt;" in page and "&lt;b&gt;" in page
+    assert "&lt;i&gt;acme&lt;/i&gt;" in page and "&lt;script&gt;alert(1)" in page

@@ -99,6 +99,7 @@ def render(doc: Mapping[str, Any]) -> str:
         endpoints=endpoint_table(doc),
         classes=class_table(doc),
         tenants=tenant_table(doc),
+        keys=key_table(doc),
         decisions=decision_table(doc),
     )
 
@@ -216,6 +217,23 @@ def tenant_table(doc: Mapping[str, Any]) -> str:
     return _rows("tenants", doc["tenants"], row)
 
 
+def key_table(doc: Mapping[str, Any]) -> str:
+    """The admin API's keys by tenant, masked, with spend and last use (over every replica)."""
+
+    def row(k: Mapping[str, Any]) -> str:
+        state = "revoked" if k["revoked_at"] else "live"
+        return (
+            f"<td>{html.escape(k['tenant'])}</td>"
+            f'<th scope="row">{html.escape(k["masked"])}<small>{html.escape(k["id"])}</small></th>'
+            f"<td>{html.escape(k['name'] or '')}</td><td>{state}</td>"
+            f'<td class="num">{cell(k, "usage.requests", "num")}</td>'
+            f'<td class="num">{cell(k, "usage.spend_usd", "usd")}</td>'
+            f"<td>{cell(k, 'usage.last_used_hour')}</td>"
+        )
+
+    return _rows("keys", doc["keys"], row)
+
+
 def _counts(item: Mapping[str, Any], *, queued: bool) -> str:
     cells = [
         f'<td class="num">{cell(item, "window.requests", "num")}</td>',
@@ -308,6 +326,14 @@ _PAGE = """<!doctype html>
 <th>Not ok, by outcome</th><th>Since start</th><th>Spend</th><th>Per 1k SLO met</th>
 <th>Served tokens</th><th>Fair share counter, by class</th></tr></thead>
 <tbody>{tenants}</tbody>
+</table>
+</section>
+<section>
+<h2>API keys</h2>
+<table>
+<thead><tr><th>Tenant</th><th>Key</th><th>Name</th><th>State</th><th>Requests</th>
+<th>Spend</th><th>Last used (UTC hour)</th></tr></thead>
+<tbody>{keys}</tbody>
 </table>
 </section>
 </div>

@@ -29,6 +29,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from starlette.exceptions import HTTPException
 
 from gateway.errors import AuthenticationFailed
+from gateway.server.control_routes import key_views
 from gateway.server.dashboard import board, page
 from gateway.server.dashboard.history import History
 from gateway.server.runtime import Runtime
@@ -87,7 +88,8 @@ async def dashboard(request: Request) -> Response:
             return _login("A key in the address is not accepted (addresses get logged).")
         return _login("Sign in with the gateway's admin key.")
     history: History = request.app.state.history
-    return HTMLResponse(page.render(board.document(runtime, history)), headers=PAGE_HEADERS)
+    document = board.document(runtime, history) | {"keys": await key_views(runtime)}
+    return HTMLResponse(page.render(document), headers=PAGE_HEADERS)
 
 
 @routes.post("/dashboard")
@@ -105,6 +107,7 @@ async def dashboard_json(request: Request) -> JSONResponse:
     if not signed_in(request, runtime):
         raise AuthenticationFailed("Incorrect API key provided.", code="invalid_api_key")
     document = board.document(runtime, request.app.state.history)
+    document["keys"] = await key_views(runtime)
     return JSONResponse(document, headers={"cache-control": "no-store"})
 
 
