@@ -31,7 +31,13 @@ Method
      endpoint holds anything yet (its first turn) takes, in place of the uncached tenths, its
      rendezvous rank (crc32 of session and endpoint): every replica places a new
      conversation on the same endpoint within the band, so their indexes agree; it never
-     moves an endpoint across bands, so it never overrides load.
+     moves an endpoint across bands, so it never overrides load. Both preferences are bounded
+     by load: an endpoint with more in flight than `bounded_load` times the candidates' mean
+     utilisation (plus one request) ranks as if it held nothing of the prompt and were no
+     session's home. Without the bound, one prompt sent over and over (a benchmark's) went
+     almost wholly to whichever endpoint took it first, each replica to its own; with it, the
+     next endpoint takes the prompt once the first is past the bound, holds it too, and
+     identical endpoints share it.
    - unproven: misses at the cautious p95 but meets at the optimistic one (p95 / u²): a cold
      endpoint whose prior is too thin to judge. Least utilised first (in-flight leases over
      max_concurrency, or in-flight alone without one), then the cheapest. Without evidence
@@ -52,8 +58,9 @@ Method
 
 Parameters: `explore_fraction` (0..1, default 0.02), `spill_margin` (0..1 of the SLO, default
 0.15), `band` (0..1, default 0.2; 0: no bands, the most headroom first), `session_affinity`
-(default true), `prefix_aware` (default true: predictions count the request's predicted cached
-tokens; false ignores them, a baseline) and `estimate` (see `policies.estimate`).
+(default true), `bounded_load` (≥ 1, default 1.25), `prefix_aware` (default true: predictions
+count the request's predicted cached tokens; false ignores them, a baseline) and `estimate` (see
+`policies.estimate`).
 """
 
 from __future__ import annotations
@@ -78,6 +85,7 @@ class Params(BaseModel):
     prefix_aware: bool = True  # False: predictions ignore the prefix index (a baseline)
     band: float = Field(default=0.2, ge=0, le=1)
     session_affinity: bool = True  # a session's first turn by rendezvous hashing (see 3.)
+    bounded_load: float = Field(default=1.25, ge=1)  # of the mean utilisation (see 3.)
     estimate: EstimateParams = EstimateParams()
 
 
@@ -142,6 +150,7 @@ class SloAware:
         self._prefix_aware = params.prefix_aware
         self._band = params.band
         self._affinity = params.session_affinity
+        self._bounded_load = params.bounded_load
 
     def rank(
         self, request: RouteRequest, candidates: Sequence[EndpointSnapshot], rng: random.Random
@@ -154,7 +163,14 @@ class SloAware:
         predictions = self.estimator.predict_all(request, candidates)
         home = self._affinity and request.session is not None and not request.cached_tokens
         order, met, unproven = _ranked(
-            request, candidates, predictions, rng, self._band, home, self._comfort
+            request,
+            candidates,
+            predictions,
+            rng,
+            self._band,
+            home,
+            self._comfort,
+            self._bounded_load,
         )
         reason = "slo_met" if met else "cold" if unproven else "slo_at_risk"
         if self._explores(predictions, order, rng):
@@ -195,12 +211,13 @@ def _ranked(
     predictions: Sequence[Prediction],
     rng: random.Random,
     band_width: float,
-    home: bool = False,
-    comfort: float = 1.0,
+    home: bool,
+    comfort: float,
+    bounded_load: float,
 ) -> tuple[list[int], int, int]:
     """The candidates' indices in ranking order (each tier's keys sorted, the tiers in turn),
     how many meet and how many are unproven."""
-    tiers = _tiers(request, candidates, predictions, rng, band_width, home, comfort)
+    tiers = _tiers(request, candidates, predictions, rng, band_width, home, comfort, bounded_load)
     for keys in tiers:
         keys.sort()
     return [key[-1] for keys in tiers for key in keys], len(tiers[0]), len(tiers[1])
@@ -212,13 +229,15 @@ def _tiers(
     predictions: Sequence[Prediction],
     rng: random.Random,
     band_width: float,
-    home: bool = False,
-    comfort: float = 1.0,
+    home: bool,
+    comfort: float,
+    bounded_load: float,
 ) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
     """Each candidate's sort key (see 3. above), in its tier's list."""
     slo, prompt_tokens, cached_of = request.slo, request.prompt_tokens, request.cached_tokens.get
     stream = request.stream
     tenth = 0.1 * prompt_tokens + 1.0  # the uncached prompt is ranked in tenths of it
+    bound = bounded_load * sum(map(utilisation, candidates)) / len(candidates)
     meets: list[MeetsKey] = []
     unproven: list[OtherKey] = []
     misses: list[OtherKey] = []
@@ -237,12 +256,13 @@ def _tiers(
         # within a band of the SLO: the least uncached prompt (in tenths of it), then the least
         # utilised; equal endpoints share load, a cache holder keeps its prefix
         band = worst // band_width if band_width else worst
-        # a session's first turn: its rendezvous rank, the same endpoint on every replica
-        missed = (
-            rendezvous(request.session or "", snapshot.endpoint_id)
-            if home
-            else (prompt_tokens - cached) // tenth
-        )
+        # a session's first turn: its rendezvous rank, the same endpoint on every replica;
+        # neither it nor a cached prefix holds an endpoint past the load bound
+        crowded = snapshot.in_flight > bound * (snapshot.max_concurrency or 1) + 1
+        if home:
+            missed = 0.0 if crowded else rendezvous(request.session or "", snapshot.endpoint_id)
+        else:
+            missed = (prompt_tokens - (0.0 if crowded else cached)) // tenth
         tight = 1.0 if worst > comfort else 0.0
         meets.append(
             (tight, cost, hosted, band, missed, utilisation(snapshot), worst, rng.random(), index)

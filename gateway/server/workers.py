@@ -1,10 +1,16 @@
 """`serve --workers N`: N gateway processes accepting on one port, each a full replica.
 
-The supervisor binds the listening socket once and hands it to every worker (inherited file
-descriptor), so they accept from one queue: no port per worker, and a restarted worker serves
-at once on the same socket. Workers share state through Redis exactly as replicas on several
-hosts do (leases, estimates, tenant limits, budgets, the breaker): GATEWAY_REDIS_URL when set,
-else a private Valkey server the supervisor owns (gateway/server/embedded_redis.py).
+Each worker listens on a socket of its own, bound to the same address with SO_REUSEPORT: the
+kernel (Linux) hands every new connection to one of the listening workers by a hash of its
+addresses and ports, so one client's pool of keep-alive connections spreads over the workers.
+(One socket shared by every worker let whichever woke first accept a whole burst of connects,
+and keep them for their life.) A worker listens only once its app has started, and stops
+listening when it drains, so no connection queues at a worker that cannot serve it. The
+supervisor holds the port with a socket bound the same way that never listens: `--port 0`
+resolves once, a restarted worker binds the same port, and connects are refused once every
+worker has stopped. Workers share state through Redis exactly as replicas on several hosts do
+(leases, estimates, tenant limits, budgets, the breaker): GATEWAY_REDIS_URL when set, else a
+private Valkey server the supervisor owns (gateway/server/embedded_redis.py).
 
 Signals: SIGTERM (and SIGINT) drain: every worker stops accepting and finishes what is in
 flight within `server.drain_timeout_s`, then the supervisor stops the private server. SIGHUP is
@@ -38,7 +44,6 @@ from gateway.config.settings import GatewayConfig, Settings
 from gateway.server.embedded_redis import EmbeddedRedis
 from gateway.telemetry.metrics import log
 
-FD_ENV = "GATEWAY_LISTEN_FD"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 POLL_S = 0.1
 BACKOFF_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0)  # by crashes in a row; a minute's uptime resets it
@@ -46,14 +51,14 @@ STABLE_S = 60.0
 KILL_GRACE_S = 5.0  # past the drain timeout, before a worker still running is killed
 
 
-def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
-    """Bound once by the supervisor; the workers inherit it."""
+def reuseport_socket(host: str, port: int) -> socket.socket:
+    """Bound, not yet listening, with SO_REUSEPORT: the supervisor's holds the port, each
+    worker's joins the kernel's balancing when uvicorn listens on it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.listen(backlog)
-    sock.set_inheritable(True)
     return sock
 
 
@@ -77,17 +82,17 @@ class Supervisor:
     workers: list[Worker] = field(default_factory=list)
     stopping: bool = False
     env: dict[str, str] = field(default_factory=dict)
-    sock: socket.socket | None = None
 
     def run(self) -> int:
         """Serve until SIGTERM or SIGINT, then drain; the exit status."""
         with ExitStack() as stack:
+            held = reuseport_socket(self.host, self.port)
+            stack.callback(held.close)
+            self.port = held.getsockname()[1]  # `--port 0`: the port every worker binds
             self.env = self._environment(stack)
-            self.sock = listening_socket(self.host, self.port)
-            stack.callback(self.sock.close)
             self._trap_signals()
             self.workers = [self._spawn(i) for i in range(self.count)]
-            where = f"{self.host}:{self.sock.getsockname()[1]}"
+            where = f"{self.host}:{self.port}"
             log.warning("supervisor %d: %d workers on %s", os.getpid(), self.count, where)
             while not self.stopping:
                 self._replace_exited()
@@ -96,7 +101,11 @@ class Supervisor:
         return 0
 
     def _environment(self, stack: ExitStack) -> dict[str, str]:
-        env = dict(os.environ) | {"GATEWAY_CONFIG": str(self.config_path.resolve())}
+        env = dict(os.environ) | {
+            "GATEWAY_CONFIG": str(self.config_path.resolve()),
+            "GATEWAY_HOST": self.host,
+            "GATEWAY_PORT": str(self.port),
+        }
         if not self.settings.redis_url:
             server = stack.enter_context(EmbeddedRedis())
             env["GATEWAY_REDIS_URL"] = server.url
@@ -120,11 +129,9 @@ class Supervisor:
         signal.signal(signal.SIGHUP, reload)
 
     def _spawn(self, index: int, crashes: int = 0) -> Worker:
-        assert self.sock is not None
-        fd = self.sock.fileno()
-        env = self.env | {FD_ENV: str(fd), "GATEWAY_WORKER_INDEX": str(index)}
+        env = self.env | {"GATEWAY_WORKER_INDEX": str(index)}
         command = [sys.executable, "-m", "gateway.server.workers"]  # a fresh interpreter each
-        process = subprocess.Popen(command, env=env, pass_fds=(fd,))
+        process = subprocess.Popen(command, env=env)
         return Worker(index, process, time.monotonic(), crashes)
 
     def _replace_exited(self) -> None:
@@ -155,8 +162,6 @@ class Supervisor:
         for worker in self.workers:
             if worker.process.poll() is None:
                 worker.process.send_signal(signal.SIGTERM)
-        if self.sock is not None:  # once every worker closed its copy, connects are refused
-            self.sock.close()
         deadline = time.monotonic() + self.config.server.drain_timeout_s + KILL_GRACE_S
         for worker in self.workers:
             try:
@@ -175,8 +180,9 @@ def _forget_metrics(metrics_dir: str, pid: int) -> None:
 
 
 def serve_worker() -> None:
-    """One worker: the gateway app under uvicorn on the inherited socket; uvicorn's own
-    SIGTERM handling is the drain, the app's SIGHUP handler the reload."""
+    """One worker: the gateway app under uvicorn on its own socket, which uvicorn listens on once
+    the app has started; uvicorn's own SIGTERM handling is the drain, the app's SIGHUP handler
+    the reload."""
     import uvicorn
 
     from gateway.config.settings import load_config
@@ -189,7 +195,7 @@ def serve_worker() -> None:
     settings = Settings()
     assert settings.config is not None  # the supervisor passes GATEWAY_CONFIG on
     config = load_config(settings.config)
-    sock = socket.socket(fileno=int(os.environ[FD_ENV]))
+    sock = reuseport_socket(settings.host, settings.port)
     app = create_app(config, settings, config_path=Path(settings.config))
     server = uvicorn.Server(
         uvicorn.Config(

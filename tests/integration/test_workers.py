@@ -1,15 +1,17 @@
 """`slo-gateway serve --workers 2` with no Redis configured: both workers serve on one port,
-tenant limits hold exactly across them (they share the private Valkey the supervisor starts),
-/metrics counts every worker's requests, a killed worker is replaced, SIGTERM drains, and
-nothing the supervisor started outlives it."""
+one client's keep-alive pool spreads over them, tenant limits hold exactly across them (they
+share the private Valkey the supervisor starts), /metrics counts every worker's requests, a
+killed worker is replaced, SIGTERM drains, and nothing the supervisor started outlives it."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,12 @@ from tests.fixtures.gateway import (
     one_engine_config,
     tenants_with,
 )
-from tests.fixtures.processes import GatewayProcess, LoggedGateway
+from tests.fixtures.processes import (
+    GatewayProcess,
+    LoggedGateway,
+    answering_pids,
+    worker_pids,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 AUTH = {"authorization": f"Bearer {TENANT_KEY}"}
@@ -43,18 +50,33 @@ def workers_config(**limits: int) -> Iterator[dict[str, Any]]:
         yield data
 
 
-def answering_pids(base_url: str, tries: int = 40) -> set[int]:
-    """The workers that answer /readyz, each try on a new connection."""
-    return {int(httpx.get(base_url + "/readyz").json()["pid"]) for _ in range(tries)}
+def pool_pids(base_url: str, size: int) -> list[int]:
+    """The worker behind each connection of one keep-alive pool of `size`: `size` /readyz
+    sent at once (so the pool connects in a burst) and held open together (so each holds a
+    connection of its own)."""
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+    start, held = threading.Barrier(size, timeout=60), threading.Barrier(size, timeout=60)
+    pids: list[int] = []
+    with httpx.Client(base_url=base_url, limits=limits, timeout=60) as client:
+
+        def one() -> None:
+            start.wait()
+            with client.stream("GET", "/readyz") as response:
+                response.read()
+                pids.append(int(response.json()["pid"]))
+                held.wait()
+
+        threads = [threading.Thread(target=one) for _ in range(size)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return pids
 
 
 def children(supervisor: GatewayProcess) -> list[psutil.Process]:
     assert supervisor.process is not None
     return psutil.Process(supervisor.process.pid).children()
-
-
-def worker_pids(supervisor: GatewayProcess) -> set[int]:
-    return {c.pid for c in children(supervisor) if "valkey" not in c.name()}
 
 
 def valkey_pids(supervisor: GatewayProcess) -> set[int]:
@@ -89,6 +111,28 @@ def test_two_workers_serve_one_port_and_share_tenant_limits_exactly(tmp_path: Pa
         assert served == [200] * 5  # every slot was released, on whichever worker
         metrics = httpx.get(gateway.base_url + "/metrics").text
         assert counter_sum(metrics, "slo_gateway_requests_total", outcome="ok") == 10
+
+
+def test_one_keep_alive_pool_spreads_over_both_workers_while_one_is_busy(
+    tmp_path: Path,
+) -> None:
+    """The kernel hashes each connection to a worker's own socket, busy or not: of 20, a worker
+    takes 2 or fewer with probability 4e-4 (binomial). On one shared socket the worker free at
+    the time accepted the whole burst, and kept the pool for its life."""
+    with workers_config() as data, GatewayProcess(data, tmp_path, **NO_REDIS) as gateway:
+        assert eventually(lambda: answering_pids(gateway.base_url) == worker_pids(gateway))
+        busy = min(worker_pids(gateway))
+        os.kill(busy, signal.SIGSTOP)  # its event loop blocked, as by a long computation
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                burst = pool.submit(pool_pids, gateway.base_url, 20)
+                time.sleep(2)  # the pool connects meanwhile
+                os.kill(busy, signal.SIGCONT)
+                pids = burst.result()
+        finally:
+            os.kill(busy, signal.SIGCONT)
+        shares = sorted(pids.count(pid) for pid in worker_pids(gateway))
+        assert len(pids) == 20 and len(shares) == 2 and shares[0] >= 3, shares
 
 
 def test_sighup_reloads_every_worker_and_a_killed_one_is_replaced(tmp_path: Path) -> None:

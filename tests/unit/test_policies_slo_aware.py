@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import statistics
+from collections import deque
 from dataclasses import dataclass
 
 import pytest
@@ -295,6 +297,40 @@ def test_exploration_follows_its_fraction(fraction: float, explores: bool) -> No
     assert (ranking.endpoints[0].endpoint_id == "cold") is explores
     assert (ranking.reason == "explore") is explores
     assert len(ranking.endpoints) == 3
+
+
+def closed_loop_shares(
+    policy: SloAware, request: RouteRequest, in_flight: int, requests: int
+) -> list[int]:
+    """Requests each of four identical replicas takes: `in_flight` kept in flight, the oldest
+    finishing first; an endpoint given the prompt holds it (the prefix index's view)."""
+    ids = ["r0", "r1", "r2", "r3"]
+    rng, loads, holders = random.Random(7), dict.fromkeys(ids, 0), set[str]()
+    flying: deque[str] = deque()
+    served = dict.fromkeys(ids, 0)
+    for _ in range(requests):
+        if len(flying) == in_flight:
+            loads[flying.popleft()] -= 1
+        snapshots = [replica(i)._replace(in_flight=loads[i]) for i in ids]
+        cached = {i: float(request.prompt_tokens) for i in holders}
+        first = policy.rank(request._replace(cached_tokens=cached), snapshots, rng).endpoints[0]
+        chosen = first.endpoint_id
+        holders.add(chosen)
+        loads[chosen] += 1
+        served[chosen] += 1
+        flying.append(chosen)
+    return list(served.values())
+
+
+@pytest.mark.parametrize("session", [None, "s1"])
+def test_identical_replicas_share_one_repeated_prompt_within_15_percent(
+    session: str | None,
+) -> None:
+    """The first to take a prompt holds it (or is the session's home), yet past the load bound
+    the next takes it too: the cache preference never concentrates a closed loop's load."""
+    request = RouteRequest("r", "m", "t", INTERACTIVE, prompt_tokens=20, session=session)
+    served = closed_loop_shares(SloAware(NO_EXPLORE), request, in_flight=64, requests=4000)
+    assert max(served) / statistics.mean(served) <= 1.15, served
 
 
 def test_a_replica_seeded_with_a_measured_prior_is_trusted_before_it_is_measured() -> None:
