@@ -217,54 +217,55 @@ def _states(
     levels: dict[str, float] | None = None,
     request: dict[str, Saturation] | None = None,
 ) -> dict[str, Saturation]:
-    """Each endpoint's next state from its pressure, by hysteresis from `previous`. Into
-    `request` when given: the state a request of `footprint_tokens` would find it in once
-    admitted (the pressure with that footprint added to the KV in use, from OPEN, never below
-    the next state); into `levels`: that pressure."""
-    open_below = limits.reserved_at - limits.hysteresis_band  # OPEN whatever it was before
+    """Each endpoint's next state from its pressure (the module's docstring), by hysteresis from
+    `previous`. Into `request` when given: the state a request of `footprint_tokens` would find
+    it in once admitted (the pressure with that footprint added to the KV in use, from OPEN,
+    never below the next state); into `levels`: that pressure. One loop, the thresholds read
+    once and `x if x > y else y` for max(): it runs per endpoint per request, and calls cost
+    twice its time here."""
+    (in_flight_threshold, max_age_s, kv_threshold, queue_threshold, band, reserved_at,
+     preemption_threshold_per_s) = limits  # fmt: skip
+    open_below = reserved_at - band  # OPEN whatever it was before: most endpoints
     states = {}
     for snapshot in snapshots:
-        level, loaded = _pressures(snapshot, limits, footprint_tokens)
+        level = added = 0.0  # added: the KV level with the request's footprint
+        if snapshot.max_concurrency:
+            level = snapshot.in_flight / (snapshot.max_concurrency * in_flight_threshold)
+        engine = snapshot.engine
+        # stale or missing gauges are left out (fail open)
+        if engine is not None and (age_s := engine.age_s) is not None and not age_s > max_age_s:
+            kv_usage = engine.kv_usage
+            if kv_usage is not None:
+                # KV in use: the gauge, or our own dispatched footprint when it is larger (the
+                # gauge lags); with the footprint of the request being decided, for `request`
+                capacity = engine.kv_capacity_tokens
+                if capacity:
+                    ours = snapshot.in_flight_tokens / capacity
+                    kv_usage = kv_usage if kv_usage > ours else ours
+                    added = (kv_usage + footprint_tokens / capacity) / kv_threshold
+                kv_level = kv_usage / kv_threshold
+                level = kv_level if kv_level > level else level
+            waiting = engine.waiting_for_capacity  # when reported (policies/engine_pressure.py)
+            waiting = engine.waiting if waiting is None else waiting
+            if waiting is not None:
+                queue_level = waiting / queue_threshold
+                level = queue_level if queue_level > level else level
+            preempting = engine.preemptions_per_s
+            if preempting:
+                preemption_level = preempting / preemption_threshold_per_s
+                level = preemption_level if preemption_level > level else level
         key = snapshot.endpoint_id
         state = (
             _OPEN if level < open_below else _saturation(previous.get(key, _OPEN), level, limits)
         )
         states[key] = state
+        loaded = added if added > level else level  # the pressure once the request is in
         if request is not None:
             alone = _OPEN if loaded < open_below else _saturation(_OPEN, loaded, limits)
-            request[key] = max(alone, state)
+            request[key] = alone if alone > state else state
         if levels is not None:
             levels[key] = loaded
     return states
-
-
-def _pressures(
-    snapshot: EndpointSnapshot, limits: Limits, footprint_tokens: int
-) -> tuple[float, float]:
-    """The endpoint's pressure (see above), and the same once `footprint_tokens` more KV tokens
-    are in use."""
-    level = added = 0.0  # added: the KV level with the request's footprint
-    if snapshot.max_concurrency:
-        level = snapshot.in_flight / (snapshot.max_concurrency * limits.in_flight_threshold)
-    engine = snapshot.engine
-    if engine is None or engine.age_s is None or engine.age_s > limits.max_gauge_age_s:
-        return level, level  # stale or missing gauges are left out (fail open)
-    kv_usage = engine.kv_usage
-    if kv_usage is not None:
-        # KV in use: the gauge, or our own dispatched footprint when it is larger (the gauge
-        # lags); with the footprint of the request being decided, for `added`
-        capacity = engine.kv_capacity_tokens
-        if capacity:
-            kv_usage = max(kv_usage, snapshot.in_flight_tokens / capacity)
-            added = (kv_usage + footprint_tokens / capacity) / limits.kv_threshold
-        level = max(level, kv_usage / limits.kv_threshold)
-    waiting = engine.waiting_for_capacity  # when reported (policies/engine_pressure.py)
-    waiting = engine.waiting if waiting is None else waiting
-    if waiting is not None:
-        level = max(level, waiting / limits.queue_threshold)
-    if engine.preemptions_per_s:
-        level = max(level, engine.preemptions_per_s / limits.preemption_threshold_per_s)
-    return level, max(added, level)
 
 
 def saturation_for(previous: Saturation, level: float, params: AdmissionParams) -> Saturation:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal, NamedTuple, Protocol
+from typing import Any, ClassVar, Literal, NamedTuple, Protocol
 
 EndpointKind = Literal["vllm", "openai"]
 
@@ -21,6 +21,11 @@ class _NoCached(Mapping[str, float]):
 
     def __getitem__(self, key: str) -> float:
         raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The default at once: Mapping.get would raise and catch a KeyError, per endpoint per
+        request in the estimate and the ranking."""
+        return default
 
     def __iter__(self) -> Iterator[str]:
         return iter(())
