@@ -128,11 +128,11 @@ def test_under_a_burst_the_quiet_tenant_keeps_its_attainment(live: dict[str, Mea
 @needs_locust
 @pytest.mark.timeout(600)
 def test_the_noisy_tenant_still_gets_what_the_quiet_one_leaves(live: dict[str, Measures]) -> None:
-    """Fair share is work-conserving: the fleet serves as much under it as first come, first
-    served (within 10%), and the burst gets far more than the noisy tenant's steady share."""
-    served = {
-        name: found[f"{QUIET}_served_tokens"] + found[f"{NOISY}_served_tokens"]
-        for name, found in live.items()
-    }
-    assert served["fair"] >= 0.9 * served["fifo"], served
+    """Fair share is work-conserving: the fleet answers as many requests and output tokens
+    under it as first come, first served (within 10%), and the burst gets far more than the
+    noisy tenant's steady share. Work is counted in answers and output, not in served tokens:
+    those include the uncached prompt, which moves with prefix locality, not with capacity."""
+    for work in ("answered", "output_tokens"):
+        done = {name: found[work] for name, found in live.items()}
+        assert done["fair"] >= 0.9 * done["fifo"], (work, done)
     assert live["fair"][f"{NOISY}_served_tokens"] > 1.5 * live["alone"][f"{NOISY}_served_tokens"]
