@@ -3,7 +3,7 @@
 `policies.estimate` holds the model and its notation; this module holds what it is configured
 with (`EstimateParams`, `EndpointPrior`) and the pure per-endpoint pieces of its fit: TTFT
 coefficients, the TPOT fit, spreads and the share of a failure penalty in the p95, and the fit
-they add up to (`EndpointFit`, kept per statistics object as a plain `FitRow`).
+they add up to (`EndpointFit`, kept per statistics object).
 """
 
 from __future__ import annotations
@@ -160,11 +160,3 @@ class EndpointFit(NamedTuple):
     idle_tpot_s: float  # ... tpot_s ...
     doubling_running: float | None  # ... and tpot_double_running
     prefill_weight: float  # 1 − w, where the prior has batch slots (else 0): of prefill ahead
-
-
-# `EndpointFit` as the plain tuple `predict_rows` keeps and unpacks: a plain tuple unpacks about
-# three times faster than a NamedTuple (CPython specialises unpacking exact tuples only).
-FitRow = tuple[
-    LatencyEstimate, float, float, float, float, float, float, float | None, float, float,
-    float, float, bool, int | None, float, float | None, float,
-]  # fmt: skip
