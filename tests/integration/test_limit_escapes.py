@@ -94,7 +94,8 @@ def test_a_repeated_request_id_shares_no_concurrency_slot_and_leaks_no_lease(
             )
         finally:
             client.close()
-        assert admin_endpoints(gateway.base_url)["p1"]["in_flight"] == 0
+        # the admin view reads the shared leases at its next refresh, so it may trail them
+        assert eventually(lambda: admin_endpoints(gateway.base_url)["p1"]["in_flight"] == 0)
         again = asyncio.run(at_once([gateway.base_url], 3, **same))
         assert all(r is not None for r in again)
 
