@@ -142,6 +142,7 @@ class EngineModel:
         self._waiting: deque[_Sequence] = deque()
         self._running: list[_Sequence] = []
         self._by_id: dict[str, _Sequence] = {}
+        self._left_waiting = 0  # requests the last step could not admit (see `snapshot`)
         self._free_blocks = params.num_gpu_blocks  # empty blocks plus the cache's evictable ones
         self._cache = PrefixCache()
         self.preemptions_total = 0
@@ -187,11 +188,13 @@ class EngineModel:
     def step(self) -> StepResult:
         result = StepResult(duration_s=0.0)
         if not self.has_work:
+            self._left_waiting = 0
             return result
         cost = _StepCost()
         budget = self._schedule_running(cost, result)
         if not result.preempted:
             self._admit(budget, cost, result)
+        self._left_waiting = len(self._waiting)
         result.duration_s = self._duration_s(cost) if cost.sequences else 0.0
         if result.finished:
             # Preempted sequences already left the batch: only finished ones are left to drop.
@@ -199,11 +202,16 @@ class EngineModel:
         return result
 
     def snapshot(self) -> EngineSnapshot:
+        """The engine's gauges as vLLM records them: after a step's scheduling. Its waiting
+        count is what that step could not admit (a wait for slots, blocks or token budget), not
+        requests that arrived since and join at the next step: those waited for no capacity,
+        and a scrape between steps that counted them showed a queue on an idle engine."""
         p = self.params
+        waiting = min(self._left_waiting, len(self._waiting))  # less any cancelled since
         return EngineSnapshot(
             running=len(self._running),
-            waiting=len(self._waiting),
-            waiting_capacity=len(self._waiting),
+            waiting=waiting,
+            waiting_capacity=waiting,
             waiting_deferred=0,
             used_blocks=p.num_gpu_blocks - self._free_blocks,
             num_gpu_blocks=p.num_gpu_blocks,
