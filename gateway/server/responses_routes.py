@@ -12,6 +12,7 @@ have OpenAI's shape; an unknown or lost response is a 404 that says why.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,9 @@ from gateway.server.response_owners import Owner
 from gateway.server.runtime import Runtime
 from gateway.telemetry.record import RequestRecord
 from gateway.upstream.client import UpstreamCall, owner_lost
+from gateway.upstream.departure import Departure
 from gateway.upstream.grammar import parsed, restamp_whole
+from gateway.upstream.relay import client_disconnected
 from gateway.upstream.responses_events import RESPONSES
 from policies.base import RouteRequest
 
@@ -189,8 +192,16 @@ async def _at_owner(request: Request, response_id: str, method: str, suffix: str
     )
     record: RequestRecord = request.state.record
     await runtime.admission.admit_tenant(route, record)
+    # a client that leaves gives its slot back at once, not when a stalled owner answers
+    departure = Departure(lambda: client_disconnected(request.receive))
     try:
-        return await _relay(runtime, request, caller.tenant, response_id, method, suffix)
+        with departure:
+            return await _relay(runtime, request, caller.tenant, response_id, method, suffix)
+    except asyncio.CancelledError:
+        if not departure.left:
+            raise  # cancelled from outside (shutdown), not by the client leaving
+        departure.forgive()
+        return Response(status_code=499)  # nobody reads it; the request log records it
     finally:
         runtime.admission.finished(route, record)
 

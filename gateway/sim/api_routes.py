@@ -63,7 +63,7 @@ class ApiRoutes:
             return _not_found(missing.response_id, "previous_response_id")
 
     async def retrieve(self, request: Request) -> Response:
-        return self._stored(request, lambda response_id: self.store.get(response_id).body)
+        return await self._stored(request, lambda response_id: self.store.get(response_id).body)
 
     async def delete(self, request: Request) -> Response:
         def forget(response_id: str) -> dict[str, Any]:
@@ -71,7 +71,7 @@ class ApiRoutes:
             del self.store.responses[response_id]
             return deleted_body(response_id)
 
-        return self._stored(request, forget)
+        return await self._stored(request, forget)
 
     async def cancel(self, request: Request) -> Response:
         def cancel(response_id: str) -> dict[str, Any]:
@@ -80,15 +80,15 @@ class ApiRoutes:
                 body["status"] = "cancelled"
             return body
 
-        return self._stored(request, cancel)
+        return await self._stored(request, cancel)
 
     async def input_items(self, request: Request) -> Response:
-        return self._stored(
+        return await self._stored(
             request, lambda response_id: input_items_body(self.store.get(response_id))
         )
 
-    def _stored(self, request: Request, work: Any) -> Response:
-        refused = self.frontend.unauthorized(request)
+    async def _stored(self, request: Request, work: Any) -> Response:
+        refused = self.frontend.unauthorized(request) or await self.frontend.held(request)
         if refused is not None:
             return refused
         response_id = request.path_params["response_id"]

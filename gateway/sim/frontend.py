@@ -263,12 +263,20 @@ class Frontend:
         self._record(request, body)
         self._check_auth(request)
         self._check_faults()
-        if self.faults.faults.hang:
-            await wait_disconnect(request.receive)
-            self.stats.count("cancelled")
-            raise _Refusal(Response(status_code=_CLIENT_GONE))
+        held = await self.held(request)
+        if held is not None:
+            raise _Refusal(held)
         self._check_model(body)
         return body
+
+    async def held(self, request: Request) -> Response | None:
+        """With the `hang` fault: wait until the client leaves, then the answer nobody reads;
+        None without it."""
+        if not self.faults.faults.hang:
+            return None
+        await wait_disconnect(request.receive)
+        self.stats.count("cancelled")
+        return Response(status_code=_CLIENT_GONE)
 
     def _record(self, request: Request, body: Any) -> None:
         self.stats.requests_received += 1
