@@ -4,6 +4,7 @@ is never replaced by another tenant's request, in memory and over Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,8 +19,12 @@ from tests.fixtures.gateway import (
     OTHER_TENANT_KEY,
     PUBLIC_MODEL,
     TENANT_KEY,
+    engine,
+    eventually,
+    fleet_config,
     one_engine_config,
     running_gateway,
+    set_faults,
     tenants_with,
 )
 
@@ -29,15 +34,21 @@ STORES = ["memory", pytest.param("redis", marks=pytest.mark.redis)]
 
 @contextmanager
 def gateway(store: str, request: pytest.FixtureRequest, **sections: Any) -> Iterator[str]:
-    with one_engine_config(**sections) as data:
-        if store == "memory":
-            with running_gateway(data) as server:
-                yield server.base_url
-        else:
-            redis_url = request.getfixturevalue("redis_url")
-            prefix = request.getfixturevalue("key_prefix")
-            with redis_gateway(data, redis_url, prefix) as url:
-                yield url
+    with one_engine_config(**sections) as data, served(store, data, request) as url:
+        yield url
+
+
+@contextmanager
+def served(store: str, data: dict[str, Any], request: pytest.FixtureRequest) -> Iterator[str]:
+    """A gateway for `data` on the memory store or on Redis; yields its URL."""
+    if store == "memory":
+        with running_gateway(data) as server:
+            yield server.base_url
+    else:
+        redis_url = request.getfixturevalue("redis_url")
+        prefix = request.getfixturevalue("key_prefix")
+        with redis_gateway(data, redis_url, prefix) as url:
+            yield url
 
 
 def sdk(base_url: str, key: str) -> openai.OpenAI:
@@ -125,6 +136,49 @@ def test_stored_response_calls_count_against_requests_per_min(
         assert limited_call.value.code == "tenant_rate_limited"
         with pytest.raises(openai.RateLimitError):
             acme.responses.delete(stored.id)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_stored_response_calls_sharing_a_request_id_take_a_slot_each(
+    store: str, request: pytest.FixtureRequest
+) -> None:
+    """Six calls at once with one client x-request-id, against max_concurrent 2, on an engine
+    that holds them: two are held and four refused at once. Keyed by the client's id, the six
+    shared one slot and all were let through. Their slots are back once they end."""
+    limited = tenants_with(acme={"limits": {"max_concurrent": 2}})
+    with (
+        fleet_config({"e": engine()}, tenants=limited) as (data, urls),
+        served(store, data, request) as url,
+        sdk(url, TENANT_KEY) as acme,
+    ):
+        stored = acme.responses.create(model=PUBLIC_MODEL, input="x", max_output_tokens=2)
+        engine_root = urls["e"]
+        set_faults(engine_root, hang=True)
+        headers = {"authorization": f"Bearer {TENANT_KEY}", "x-request-id": "same-id"}
+
+        async def call(client: httpx.AsyncClient) -> int | None:
+            try:
+                answer = await client.get(f"{url}/v1/responses/{stored.id}", headers=headers)
+            except httpx.TimeoutException:
+                return None  # held by the engine: it took a slot
+            assert answer.json()["error"]["code"] == "tenant_concurrency_limited"
+            return answer.status_code
+
+        async def six() -> list[int | None]:
+            async with httpx.AsyncClient(timeout=2.0) as client:
+                return await asyncio.gather(*(call(client) for _ in range(6)))
+
+        outcomes = asyncio.run(six())
+        assert sorted(outcomes, key=str) == [429, 429, 429, 429, None, None]
+        set_faults(engine_root, hang=False)
+        assert eventually(lambda: _retrieved(acme, stored.id))  # no slot leaked
+
+
+def _retrieved(acme: openai.OpenAI, response_id: str) -> bool:
+    try:
+        return acme.responses.retrieve(response_id).id == response_id
+    except openai.RateLimitError:
+        return False
 
 
 def test_a_background_response_is_refused_naming_the_field(
