@@ -119,7 +119,12 @@ def _sentinel(url: str, timeout_s: float, max_connections: int) -> Connection:
             "(redis+sentinel://10.0.0.1:26379,10.0.0.2:26379/mymaster)"
         )
     timeouts = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
-    sentinel = Sentinel(hosts.nodes, sentinel_kwargs=timeouts, **timeouts)  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(
+        hosts.nodes,
+        sentinel_kwargs=timeouts,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+    )
     client = sentinel.master_for(
         service,
         redis_class=_SentinelMaster,
