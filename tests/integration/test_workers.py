@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from tests.fixtures.gateway import (
+    ADMIN_KEY,
     TENANT_KEY,
     chat_body,
     counter_sum,
@@ -45,7 +46,9 @@ def workers_config(**limits: int) -> Iterator[dict[str, Any]]:
     """A simulated engine and the config every test here serves it with (acme has `limits`)."""
     tenants = tenants_with(acme={"limits": limits})
     with one_engine_config(
-        endpoint_id="e1", server={"drain_timeout_s": 20}, tenants=tenants
+        endpoint_id="e1",
+        server={"drain_timeout_s": 20, "admin_key_env": "TEST_ADMIN_KEY"},
+        tenants=tenants,
     ) as data:
         yield data
 
@@ -133,6 +136,34 @@ def test_one_keep_alive_pool_spreads_over_both_workers_while_one_is_busy(
             os.kill(busy, signal.SIGCONT)
         shares = sorted(pids.count(pid) for pid in worker_pids(gateway))
         assert len(pids) == 20 and len(shares) == 2 and shares[0] >= 3, shares
+
+
+def fresh_statuses(base_url: str, key: str, count: int = 20) -> list[int]:
+    """The models listing (it checks the key and nothing else) on `count` connections of
+    their own: the kernel spreads them over both workers (all 20 on one: p = 2e-6)."""
+    headers = {"authorization": f"Bearer {key}"}
+    statuses = []
+    for _ in range(count):
+        with httpx.Client(timeout=30) as client:
+            statuses.append(client.get(base_url + "/v1/models", headers=headers).status_code)
+    return statuses
+
+
+def test_a_key_made_or_revoked_by_the_admin_api_holds_on_both_workers(tmp_path: Path) -> None:
+    """Each worker polls the shared store for control changes on its own: a key created
+    through one worker serves on every connection, and once revoked is refused on every one."""
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    with workers_config() as data, GatewayProcess(data, tmp_path, **NO_REDIS) as gateway:
+        assert eventually(lambda: answering_pids(gateway.base_url) == worker_pids(gateway))
+        made = httpx.post(
+            gateway.base_url + "/admin/keys", json={"tenant": "acme"}, headers=admin, timeout=30
+        )
+        assert made.status_code == 201, made.text
+        key = made.json()["key"]
+        assert eventually(lambda: fresh_statuses(gateway.base_url, key) == [200] * 20)
+        revoke = f"{gateway.base_url}/admin/keys/{made.json()['id']}/revoke"
+        httpx.post(revoke, headers=admin, timeout=30).raise_for_status()
+        assert eventually(lambda: fresh_statuses(gateway.base_url, key) == [401] * 20)
 
 
 def test_sighup_reloads_every_worker_and_a_killed_one_is_replaced(tmp_path: Path) -> None:
