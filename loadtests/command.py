@@ -25,6 +25,7 @@ from gateway.offline.simulate_command import (
     scenario_of,
 )
 from gateway.offline.trace_options import (
+    BandsOpt,
     ClassOpt,
     ColumnOpt,
     DurationOpt,
@@ -71,6 +72,7 @@ def loadtest_command(
     max_prompt_tokens: MaxPromptOpt = None,
     class_column: ColumnOpt = None,
     tenant_column: ColumnOpt = None,
+    class_by_prompt: BandsOpt = None,
     out: OutOpt = None,
     seed: SeedOpt = None,
     chart: ChartOpt = True,
@@ -95,6 +97,7 @@ def loadtest_command(
         max_prompt_tokens,
         class_column,
         tenant_column,
+        class_by_prompt,
     )
     spec, _ = replayed(scenario_of(scenario), traced, seed)
     if requests is not None and spec.trace is None:

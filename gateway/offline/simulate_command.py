@@ -29,6 +29,7 @@ from gateway.offline.scenario import Scenario
 from gateway.offline.scenarios import SCENARIOS
 from gateway.offline.trace import PlannedRequest
 from gateway.offline.trace_options import (
+    BandsOpt,
     ClassOpt,
     ColumnOpt,
     DurationOpt,
@@ -136,6 +137,7 @@ def simulate_command(
     max_prompt_tokens: MaxPromptOpt = None,
     class_column: ColumnOpt = None,
     tenant_column: ColumnOpt = None,
+    class_by_prompt: BandsOpt = None,
     out: OutOpt = None,
     seed: SeedOpt = None,
     chart: ChartOpt = True,
@@ -153,6 +155,7 @@ def simulate_command(
         max_prompt_tokens,
         class_column,
         tenant_column,
+        class_by_prompt,
     )
     spec, plan = replayed(scenario_of(scenario), traced, seed)
     runs = _simulate_each(spec, plan, policies_of(policy, policy_file), seed or 0)

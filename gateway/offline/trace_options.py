@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from gateway.offline.runs import for_trace
 from gateway.offline.scenario import Scenario
 from gateway.offline.trace import PlannedRequest, TraceError
-from gateway.offline.trace_replay import TraceSpec
+from gateway.offline.trace_replay import PromptBand, TraceSpec
 
 TraceOpt = Annotated[
     Path | None,
@@ -33,6 +33,14 @@ SpeedupOpt = Annotated[float, typer.Option(help="Replay the trace's arrivals thi
 TokenScaleOpt = Annotated[float, typer.Option(help="Multiply the trace's token counts by this.")]
 MaxPromptOpt = Annotated[int | None, typer.Option(help="Cut trace prompts to this many tokens.")]
 ColumnOpt = Annotated[str | None, typer.Option(help="Take it from this trace column.")]
+BandsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--class-by-prompt",
+        help="Class by prompt length: TOKENS=CLASS,... (e.g. 2000=chat,8000=rag): the first "
+        "band whose TOKENS holds the prompt; longer prompts keep their own class.",
+    ),
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +58,12 @@ class TraceChoice:
     max_prompt_tokens: int | None = None
     class_column: str | None = None
     tenant_column: str | None = None
+    class_by_prompt: str | None = None
 
     def spec(self) -> TraceSpec | None:
         if self.path is None:
             return None
+        bands = prompt_bands(self.class_by_prompt) if self.class_by_prompt else []
         try:
             return TraceSpec(
                 path=self.path,
@@ -67,9 +77,30 @@ class TraceChoice:
                 max_prompt_tokens=self.max_prompt_tokens,
                 class_column=self.class_column,
                 tenant_column=self.tenant_column,
+                class_by_prompt=bands,
             )
         except ValidationError as exc:
             raise typer.BadParameter(str(exc), param_hint="--trace") from None
+
+
+def prompt_bands(text: str) -> list[PromptBand]:
+    """`--class-by-prompt`'s TOKENS=CLASS pairs as bands, in the order given (the first that
+    holds a prompt classes it, so they go shortest first)."""
+    bands = []
+    for pair in text.split(","):
+        tokens, _, slo_class = pair.strip().partition("=")
+        if not tokens.strip().isdigit() or int(tokens) < 1 or not slo_class.strip():
+            raise typer.BadParameter(
+                f"{pair.strip()!r} is not TOKENS=CLASS (e.g. 2000=chat)",
+                param_hint="--class-by-prompt",
+            )
+        bands.append(PromptBand(up_to_tokens=int(tokens), slo_class=slo_class.strip()))
+    if [b.up_to_tokens for b in bands] != sorted(b.up_to_tokens for b in bands):
+        raise typer.BadParameter(
+            "give the bands shortest first (the first that holds a prompt classes it)",
+            param_hint="--class-by-prompt",
+        )
+    return bands
 
 
 def replayed(

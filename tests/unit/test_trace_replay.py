@@ -135,6 +135,33 @@ def test_a_malformed_row_names_file_line_and_field(
         read_rows(path)
 
 
+def test_class_by_prompt_length_from_the_command_line(tmp_path: Path) -> None:
+    scenario = tmp_path / "bands.yaml"
+    scenario.write_text(
+        "name: bands\ndescription: two classes by length\nduration_s: 1\n"
+        "engines: [{id: e1}, {id: e2}]\n"
+        "classes: {short: {ttft_ms: 1000}, long: {ttft_ms: 5000}}\n"
+        "tenants: {default: {allowed_classes: [short, long]}}\n"
+    )
+    trace = ["--trace", str(SAMPLES / "mooncake.jsonl"), "--slo-class", "long"]
+    result = CliRunner().invoke(
+        _app(),
+        ["simulate", str(scenario), *trace, "--class-by-prompt", "2000=short"]
+        + ["--no-chart", "--out", str(tmp_path)],
+    )
+    plan = TraceSpec(path=SAMPLES / "mooncake.jsonl").plan("m")
+    template = 4  # the simulated servers count 4 tokens per chat message; bands see the trace's
+    short = sum(1 for r in plan if r.prompt_tokens - template <= 2000)
+    assert 0 < short < len(plan)
+    assert f"| class:short | {short} |" in result.output, result.output
+    assert f"| class:long | {len(plan) - short} |" in result.output
+    for bad in ("2000", "x=short", "2000=long,1500=short"):
+        refused = CliRunner().invoke(
+            _app(), ["simulate", str(scenario), *trace, "--class-by-prompt", bad]
+        )
+        assert refused.exit_code == 2 and "--class-by-prompt" in refused.output, refused.output
+
+
 def test_simulate_reports_prompts_no_endpoint_can_hold(tmp_path: Path) -> None:
     trace = tmp_path / "long.jsonl"
     rows = [
