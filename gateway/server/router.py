@@ -111,7 +111,7 @@ class Router:
         """Serve one request, start to end (the module's docstring lists the steps)."""
         request, chain = self.prefix.annotate(request, call.body)
         record.route, record.tenant = request, request.tenant
-        with tracing.span("admission"):
+        with tracing.span("tenant_limits"):
             await self.admission.admit_tenant(request, record)
         if record.fallbacks:
             request, call = self._fall_back(request, call, record)

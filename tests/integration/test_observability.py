@@ -232,11 +232,12 @@ def test_a_request_is_one_trace_with_admission_routing_and_upstream_spans(
     finished = {s.name: s for s in spans.get_finished_spans()}
     root = finished["POST /v1/chat/completions"]
     upstream_span = finished[f"chat {ENGINE_MODEL}"]
-    assert {"admission", "routing"} <= set(finished)
+    assert {"tenant_limits", "admission", "routing"} <= set(finished)  # each named once
+    assert len(spans.get_finished_spans()) == len(finished)
 
     trace_id = root.context.trace_id
     assert f"{trace_id:032x}" == CALLER_TRACE and f"{root.parent.span_id:016x}" == CALLER_SPAN
-    for child in ("admission", "routing", f"chat {ENGINE_MODEL}"):
+    for child in ("tenant_limits", "admission", "routing", f"chat {ENGINE_MODEL}"):
         assert finished[child].context.trace_id == trace_id
         assert finished[child].parent.span_id == root.context.span_id
     sent = upstream.headers[-1]["traceparent"]
