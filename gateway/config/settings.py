@@ -87,6 +87,12 @@ class EndpointConfig(_Strict):
     response_ttl_s: float = Field(RESPONSE_RETENTION_S, gt=0)
     price: Price = Price()
     max_concurrency: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(
+        None,
+        ge=1,
+        description="context window (prompt + max_tokens) of its models; default: learnt from "
+        "vLLM's /v1/models",
+    )
     metrics_url: str | None = None
     health_path: str | None = None
     # A class's engine_priority is sent as `priority` only where the engine schedules by it:
