@@ -202,6 +202,13 @@ def test_an_engines_context_refusal_goes_to_a_larger_context_or_is_a_400() -> No
         url = gateway.base_url
         client = openai.OpenAI(base_url=url + "/v1", api_key=TENANT_KEY, max_retries=0)
         chat = long_chat(client, PUBLIC_MODEL)
+        stream = client.chat.completions.create(
+            model=PUBLIC_MODEL,
+            messages=[{"role": "user", "content": WORDS}],
+            max_tokens=2,
+            stream=True,
+        )
+        streamed = {chunk.model for chunk in stream}
         claude = anthropic.Anthropic(base_url=url, api_key=TENANT_KEY, max_retries=0)
         message = claude.messages.with_raw_response.create(
             model=PUBLIC_MODEL, max_tokens=2, messages=[{"role": "user", "content": WORDS}]
@@ -213,8 +220,8 @@ def test_an_engines_context_refusal_goes_to_a_larger_context_or_is_a_400() -> No
         with pytest.raises(openai.BadRequestError) as refused:
             long_chat(only_small, PUBLIC_MODEL)
         small_requests = sim_stats(urls["small"])["requests_received"]
-    assert chat.model == LONG
+    assert chat.model == LONG and streamed == {LONG}
     assert message.headers["x-slo-gateway-fallback"] == "context"
     assert message.parse().model == LONG
-    assert small_requests == 3  # each tried the small engine first
+    assert small_requests == 4  # each tried the small engine first
     assert refused.value.code == "context_length_exceeded"
