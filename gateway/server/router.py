@@ -172,7 +172,7 @@ class Router:
         from the prompt's estimate, and after from the engine's 400 (context_window.py)."""
         window = model_window(self.registry, request.model, call.api)
         needed = needed_tokens(request.prompt_tokens, request.max_tokens)
-        if window is not None and needed > window:
+        if window is not None and needed > window and not call.counting:
             raise context_exceeded(request.model, needed, window)
         routed = await self._route(request, call, record, receive)
         opened = routed.opened

@@ -168,6 +168,9 @@ def test_a_prompt_too_long_by_estimate_goes_to_a_larger_context() -> None:
         message = claude.messages.create(
             model=PUBLIC_MODEL, max_tokens=2, messages=[{"role": "user", "content": WORDS}]
         )
+        counted = claude.messages.with_raw_response.count_tokens(
+            model=PUBLIC_MODEL, messages=[{"role": "user", "content": WORDS}]
+        )
         with pytest.raises(openai.BadRequestError) as chat_refused:
             long_chat(client, LONG, WORDS * 5)
         with pytest.raises(anthropic.BadRequestError) as messages_refused:
@@ -179,6 +182,8 @@ def test_a_prompt_too_long_by_estimate_goes_to_a_larger_context() -> None:
     assert raw.headers["x-slo-gateway-fallback"] == "context"
     assert raw.parse().model == LONG and message.model == LONG
     assert small_requests == 0
+    assert counted.headers["x-slo-gateway-model"] == PUBLIC_MODEL  # no window limits a count
+    assert counted.parse().input_tokens > 256
     context = {"requested": PUBLIC_MODEL, "served": LONG, "reason": "context"}
     assert counter_sum(metrics, "slo_gateway_fallbacks_total", **context) == 2
     assert chat_refused.value.code == "context_length_exceeded"
