@@ -4,6 +4,7 @@ Anthropic routes, as an Anthropic one (the API layer picks the shape; `anthropic
     GatewayError                      -> {"error": {"message", "type", "code"}} with `status`
     ├── InvalidRequest (400)          malformed JSON, wrong types, bad parameters
     │   ├── BodyTooLarge (413)
+    │   ├── ContextLengthExceeded     the prompt and max_tokens do not fit the model's context
     │   ├── ModelNotFound (404)
     │   ├── ResponseNotFound (404)    a stored response no endpoint has (or its owner lost it)
     │   ├── RecordNotFound (404)      an admin API key or tenant that does not exist
@@ -93,6 +94,14 @@ class InvalidRequest(GatewayError):
 
 class BodyTooLarge(InvalidRequest):
     status = 413
+
+
+class ContextLengthExceeded(InvalidRequest):
+    """The prompt plus max_tokens exceeds the model's context window (estimated, or the
+    engine said so); `code` is OpenAI's `context_length_exceeded`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code="context_length_exceeded", param="messages")
 
 
 class RequestTimeout(InvalidRequest):

@@ -87,6 +87,12 @@ class EndpointConfig(_Strict):
     response_ttl_s: float = Field(RESPONSE_RETENTION_S, gt=0)
     price: Price = Price()
     max_concurrency: int | None = Field(None, ge=1)
+    max_model_len: int | None = Field(
+        None,
+        ge=1,
+        description="context window (prompt + max_tokens) of its models; default: learnt from "
+        "vLLM's /v1/models",
+    )
     metrics_url: str | None = None
     health_path: str | None = None
     # A class's engine_priority is sent as `priority` only where the engine schedules by it:
@@ -317,8 +323,10 @@ class GatewayConfig(_Strict):
     state: StateConfig = StateConfig()
     admission: AdmissionParams = AdmissionParams()
     # public model -> the models to serve it with, in order, when none of its endpoints is in
-    # rotation (LiteLLM's `fallbacks`)
+    # rotation or admits the request (LiteLLM's `fallbacks`), and when the request does not fit
+    # its context window (LiteLLM's `context_window_fallbacks`)
     fallbacks: dict[str, list[str]] = Field(default_factory=dict)
+    context_fallbacks: dict[str, list[str]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _references(self) -> GatewayConfig:
@@ -335,10 +343,14 @@ class GatewayConfig(_Strict):
         served = {m for e in self.endpoints for m in e.models} | {
             m for g in self.endpoint_groups for m in g.member.get("models", {})
         }
-        for model, chain in self.fallbacks.items():
-            unknown = [m for m in [model, *chain] if m not in served]
-            if unknown or model in chain:
-                raise ValueError(f"fallbacks.{model}: not served models or a loop: {unknown}")
+        for section, chains in (
+            ("fallbacks", self.fallbacks),
+            ("context_fallbacks", self.context_fallbacks),
+        ):
+            for model, chain in chains.items():
+                unknown = [m for m in [model, *chain] if m not in served]
+                if unknown or model in chain:
+                    raise ValueError(f"{section}.{model}: not served models or a loop: {unknown}")
         return self
 
 

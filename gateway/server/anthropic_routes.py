@@ -83,6 +83,7 @@ async def handle(request: Request, send: Send) -> None:
         headers=_forwarded(intake),
         reply_headers=(("request-id", intake.record.request_id),),
         hints=None if counting else intake.hints(route),  # counting schedules nothing
+        counting=counting,
     )
     await intake.runtime.router.handle(route, call, intake.record, request.receive, send)
 

@@ -10,8 +10,10 @@ from policies.base import Ranking, RouteRequest
 
 DECISION_LOG_SIZE = 1000
 
-# at_s, request, ranking, policy, queued, waited for fair share (later ones of its class first)
-Logged = tuple[float, RouteRequest, Ranking, str, float, bool]
+# at_s, request, the model the client asked for (request.model is the one routed to: a
+# fallback's, if one stood in), ranking, policy, queued, waited for fair share (later ones of
+# its class first)
+Logged = tuple[float, RouteRequest, str, Ranking, str, float, bool]
 
 
 class DecisionLog:
@@ -33,13 +35,14 @@ class DecisionLog:
 
     @staticmethod
     def _entry(logged: Logged) -> dict[str, Any]:
-        at_s, request, ranking, policy, waited_s, deferred = logged
+        at_s, request, requested, ranking, policy, waited_s, deferred = logged
         return {
             "at_s": at_s,
             "request_id": request.request_id,
             "tenant": request.tenant,
             "slo_class": request.slo.name,
             "model": request.model,
+            "requested_model": requested,
             "prompt_tokens": request.prompt_tokens,
             "ranking": [s.endpoint_id for s in ranking.endpoints],
             "policy": policy,

@@ -98,11 +98,9 @@ def route_request(
         raise _not_served(runtime, model, api)
     if not intake.caller.may_use(model):
         raise model_not_allowed(model)
-    intake.record.fallbacks = tuple(
-        other
-        for other in runtime.config.fallbacks.get(model, ())
-        if intake.caller.may_use(other) and runtime.registry.serving(other, api)
-    )
+    record, config = intake.record, runtime.config
+    record.fallbacks = _usable(intake, config.fallbacks.get(model, ()), api)
+    record.context_fallbacks = _usable(intake, config.context_fallbacks.get(model, ()), api)
     requested = headers.get(b"x-slo-class") or headers.get(b"x-gateway-inference-objective")
     slo = runtime.keyring.slo(
         intake.caller, requested, headers.get(b"x-slo-ttft-ms"), headers.get(b"x-slo-tpot-ms")
@@ -119,6 +117,12 @@ def route_request(
         session=session_of(headers, intake.body),
         fairness_key=fairness_key_of(intake.caller, headers),
     )
+
+
+def _usable(intake: Intake, models: list[str] | tuple[()], api: Api) -> tuple[str, ...]:
+    """The fallbacks the caller's key may use that are served through its API."""
+    registry = intake.runtime.registry
+    return tuple(m for m in models if intake.caller.may_use(m) and registry.serving(m, api))
 
 
 def fairness_key_of(caller: Caller, headers: dict[bytes, str]) -> str | None:

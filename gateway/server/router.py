@@ -3,11 +3,13 @@
 The API route (gateway/server/openai_routes.py) parses and classifies the request, then hands it
 here with its record; everything from there to the last byte happens in `handle`, in order:
 1. tenant limits, then the candidates in rotation and admission (saturation, shedding, the
-   deadline queue); 2. the policy's ranking; 3. forwarding along the ranking with failover
-   before the first byte (tenacity after the first failed attempt, by gateway/core/failover.py's
-   rules); 4. the answer relayed to the client, whole or streamed, with configured secrets
-   redacted from error bodies and events (gateway/upstream/redaction.py); 5. accounting
-   (leases, statistics, SLO, latency metrics) and the tenant's concurrency slot given back.
+   deadline queue), and the context window; a model that cannot serve the request hands it to
+   the next of its fallback chain (gateway/core/fallback_chain.py); 2. the policy's ranking;
+   3. forwarding along the ranking with failover before the first byte (tenacity after the
+   first failed attempt, by gateway/core/failover.py's rules); 4. the answer relayed to the
+   client, whole or streamed, with configured secrets redacted from error bodies and events
+   (gateway/upstream/redaction.py); 5. accounting (leases, statistics, SLO, latency metrics)
+   and the tenant's concurrency slot given back.
 A refusal or a failure before the response starts is raised as a `GatewayError`, which the API
 layer renders in its own error shape; after it, the relay ends the stream with an error event.
 
@@ -34,10 +36,12 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from gateway.config.settings import EndpointConfig, ServerConfig
 from gateway.core.candidates import candidate_snapshots, next_available_in_s, only_candidates
+from gateway.core.context_window import context_exceeded, model_window, needed_tokens, overflowed
 from gateway.core.failover import backoff_s, final_error, gives_up
+from gateway.core.fallback_chain import FallbackChain, FallbackReason, fallback_reason
 from gateway.core.prefix_chain import PrefixChain
 from gateway.core.progress import StreamProgress
-from gateway.errors import AttemptFailed, NoEndpointAvailable
+from gateway.errors import AttemptFailed, GatewayError, NoEndpointAvailable
 from gateway.server.admission_queue import Admission
 from gateway.server.answer import STREAM_HEADERS, explain, raw_headers, send_whole
 from gateway.server.decision_log import DecisionLog
@@ -113,10 +117,8 @@ class Router:
         record.route, record.tenant = request, request.tenant
         with tracing.span("tenant_limits"):
             await self.admission.admit_tenant(request, record)
-        if record.fallbacks:
-            request, call = self._fall_back(request, call, record)
         try:
-            routed = await self._route(request, call, record, receive)
+            request, call, routed = await self._serve(request, call, record, receive)
             self.prefix.sent(routed.opened.endpoint.id, request, chain)
         except ClientGone:
             await send({"type": "http.response.start", "status": 499, "headers": []})
@@ -125,21 +127,60 @@ class Router:
         else:
             await self._respond(routed, chain, request, call, record, receive, send)
         finally:
-            self.admission.finished(request, record)
+            self.admission.finished(record.route or request, record)
+
+    async def _serve(
+        self, request: RouteRequest, call: UpstreamCall, record: RequestRecord, receive: Receive
+    ) -> tuple[RouteRequest, UpstreamCall, Routed]:
+        """Routed to the requested model, else along its fallback chain (the models, and when
+        one may stand in for another: gateway/core/fallback_chain.py)."""
+        chain = FallbackChain(request.model, record.fallbacks, record.context_fallbacks)
+        while True:
+            try:
+                routed = await self._serve_model(request, call, record, receive)
+            except GatewayError as error:
+                reason = fallback_reason(error) if call.owner is None else None
+                model = chain.next(reason) if reason is not None else None
+                if model is None or reason is None:
+                    raise
+                request, call = self._fall_back(request, call, record, model, reason)
+                continue
+            if record.requested_model is not None:
+                served = (record.requested_model, request.model, record.fallback_reason)
+                self.metrics.fallbacks.labels(*served).inc()
+            return request, call, routed
 
     def _fall_back(
-        self, request: RouteRequest, call: UpstreamCall, record: RequestRecord
+        self,
+        request: RouteRequest,
+        call: UpstreamCall,
+        record: RequestRecord,
+        model: str,
+        reason: FallbackReason,
     ) -> tuple[RouteRequest, UpstreamCall]:
-        """The request for the first model of [requested, *fallbacks] with an endpoint in
-        rotation (the requested one when none has: its error says so)."""
-        if self.snapshots(request.model, call):
-            return request, call
-        for model in record.fallbacks:
-            if self.snapshots(model, call):
-                self.metrics.fallbacks.labels(request.model, model).inc()
-                record.route = request._replace(model=model)
-                return record.route, dataclasses.replace(call, model=model)
-        return request, call
+        """The request and call for `model`, standing in for the one asked for."""
+        record.requested_model = record.requested_model or request.model
+        record.fallback_reason = reason.value
+        record.result = record.slo_met = None  # the model before it served nothing
+        record.route = request._replace(model=model)
+        return record.route, dataclasses.replace(call, model=model)
+
+    async def _serve_model(
+        self, request: RouteRequest, call: UpstreamCall, record: RequestRecord, receive: Receive
+    ) -> Routed:
+        """Routed to the request's model, if it fits the model's context window: judged before
+        from the prompt's estimate, and after from the engine's 400 (context_window.py)."""
+        window = model_window(self.registry, request.model, call.api)
+        needed = needed_tokens(request.prompt_tokens, request.max_tokens)
+        if window is not None and needed > window and not call.counting:
+            raise context_exceeded(request.model, needed, window)
+        routed = await self._route(request, call, record, receive)
+        opened = routed.opened
+        if overflowed(opened.status, opened.first):
+            result = body_result(opened, Facts(), 0)  # no prompt billed: the engine refused it
+            self.finisher.finish(opened, request, result, record)
+            raise context_exceeded(request.model, needed, window)
+        return routed
 
     async def _route(
         self, request: RouteRequest, call: UpstreamCall, record: RequestRecord, receive: Receive
@@ -163,6 +204,9 @@ class Router:
         headers = explain(opened.endpoint.id, routed.attempts, routed.ranking, request)
         headers |= opened.relayed_headers()
         headers["x-slo-gateway-upstream-model"] = upstream_model
+        if record.requested_model is not None and record.fallback_reason is not None:
+            headers["x-slo-gateway-requested-model"] = record.requested_model
+            headers["x-slo-gateway-fallback"] = record.fallback_reason
         headers.update(call.reply_headers)
         watch = opened.watch
         if watch is None:  # a whole answer: not streamed, or an error status
@@ -251,7 +295,9 @@ class Router:
             raise NoEndpointAvailable(
                 "The routing policy found no endpoint for this request.", code="no_endpoint"
             )
-        self.decisions.append((time.time(), request, ranking, self.policy.name, waited_s, deferred))
+        requested = record.requested_model or request.model
+        logged = (time.time(), request, requested, ranking, self.policy.name, waited_s, deferred)
+        self.decisions.append(logged)
         record.ranking, record.queued_s = ranking, waited_s
         return ranking
 

@@ -30,6 +30,7 @@ from gateway.state.view import SharedView
 from gateway.telemetry.metrics import Metrics, log
 from gateway.upstream.client import AiohttpUpstream
 from gateway.upstream.redaction import redactor_for
+from gateway.watch.context_windows import ContextWindows
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import HealthChecker
 from gateway.watch.scraper import Scraper
@@ -93,6 +94,7 @@ class Runtime:
     metrics: Metrics
     background: Background
     control: ControlStore
+    windows: ContextWindows
     api: ApiRecords = field(default_factory=ApiRecords)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
@@ -157,6 +159,7 @@ class Runtime:
             metrics,
             background,
             control_store_for(store),
+            ContextWindows(registry, upstream.client, config.state.health_interval_s),
         )
 
     def start(self) -> None:
@@ -165,6 +168,7 @@ class Runtime:
             self.view.run(),
             self.scraper.run(),
             self.health.run(),
+            self.windows.run(),
             self.admission.run(),
             self.admission.settle_batches(),
             self.admission.sync_fair_share(),

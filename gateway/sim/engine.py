@@ -70,6 +70,7 @@ class EngineRuntime:
         self, params: EngineServerParams, faults: FaultState, clock: Callable[[], float]
     ) -> None:
         self.params = params
+        self.max_model_len: int | None = params.max_model_len
         self.model = EngineModel(params)
         self.metrics = EngineMetrics(
             params.model, self.model.snapshot, legacy=params.legacy_metrics

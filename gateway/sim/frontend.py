@@ -64,6 +64,7 @@ Parse = Callable[[Any], tuple[CompletionRequest, Writer]]  # raises InvalidBody
 
 class TokenSource(Protocol):
     owned_by: str
+    max_model_len: int | None  # what /v1/models says of the context window (None: nothing)
 
     def refuse(self, request: CompletionRequest, in_progress: int) -> Response | None: ...
 
@@ -185,7 +186,8 @@ class Frontend:
             self._check_auth(request)
         except _Refusal as refusal:
             return refusal.response
-        return JSONResponse(models_body(self.options.model, self.source.owned_by))
+        source = self.source
+        return JSONResponse(models_body(self.options.model, source.owned_by, source.max_model_len))
 
     async def health(self, request: Request) -> Response:
         status = self.faults.faults.status_code or 200

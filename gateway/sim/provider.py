@@ -139,6 +139,7 @@ class ProviderRuntime:
     """The TokenSource of a hosted provider: sleeps for drawn latencies, enforces the limit."""
 
     owned_by = "openai"
+    max_model_len: int | None = None  # a hosted provider's /v1/models does not say
 
     def __init__(
         self, params: ProviderParams, faults: FaultState, clock: Callable[[], float]

@@ -288,6 +288,15 @@ def _vector(text: str) -> list[float]:
     return [v / norm for v in values]
 
 
-def models_body(model: str, owned_by: str) -> dict[str, Any]:
-    entry = {"id": model, "object": "model", "created": int(time.time()), "owned_by": owned_by}
+def models_body(model: str, owned_by: str, max_model_len: int | None = None) -> dict[str, Any]:
+    """vLLM's /v1/models: its entry says `max_model_len`, the context window (a hosted
+    provider's does not)."""
+    entry: dict[str, Any] = {
+        "id": model,
+        "object": "model",
+        "created": int(time.time()),
+        "owned_by": owned_by,
+    }
+    if max_model_len is not None:
+        entry["max_model_len"] = max_model_len
     return {"object": "list", "data": [entry]}

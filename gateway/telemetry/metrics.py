@@ -193,9 +193,10 @@ class Metrics:
         )
         self.fallbacks = Counter(
             "slo_gateway_fallbacks",
-            "Requests served by a fallback model (config `fallbacks`): none of the requested "
-            "model's endpoints was in rotation.",
-            ["requested", "served"],
+            "Requests served by a fallback model (config `fallbacks`, `context_fallbacks`), by "
+            "why the model before it could not serve them (reason: unavailable, refused, "
+            "context).",
+            ["requested", "served", "reason"],
             registry=r,
         )
         self.shed = Counter(

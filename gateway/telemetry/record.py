@@ -67,9 +67,14 @@ class RequestRecord:
     # An API key's (gateway/config/control.py): the name its usage (and its own limits and
     # budget, if any) count under, and its reservation, settled like the tenant's.
     key_subject: str | None = None
-    # The models to try, in order, when none of the requested one's endpoints is in rotation
-    # (config `fallbacks`, less those the caller's key may not use or its API does not serve).
+    # The models to try, in order, when the requested one cannot serve the request (config
+    # `fallbacks` and `context_fallbacks`, less those the caller's key may not use or its API
+    # does not serve: gateway/core/fallback_chain.py); when one served it, the model asked for
+    # and why it could not (unavailable, refused, context).
     fallbacks: tuple[str, ...] = ()
+    context_fallbacks: tuple[str, ...] = ()
+    requested_model: str | None = None
+    fallback_reason: str | None = None
     key_slot: int | None = None
     key_reserved: int = 0
     key_held_pusd: int = 0

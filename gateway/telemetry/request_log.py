@@ -14,6 +14,8 @@ chunk. Every line has the same keys (null when unknown):
                     refusal's reason on every API; other errors on the Anthropic routes,
                     whose bodies have no code, give their type
     tenant, slo_class, model, stream
+    requested_model, fallback  the model asked for and why another served it (unavailable,
+                    refused, context), when a fallback did (gateway/core/fallback_chain.py)
     endpoint        the last endpoint tried; attempts: how many were tried
     decision        the policy's reason (slo_met, slo_at_risk, explore, rotation, ...)
     predicted_ttft_ms, queued_ms
@@ -124,6 +126,8 @@ def _request_fields(record: RequestRecord) -> dict[str, Any]:
         "tenant": record.tenant,
         "slo_class": route.slo.name if route else None,
         "model": route.model if route else None,
+        "requested_model": record.requested_model,
+        "fallback": record.fallback_reason,
         "stream": route.stream if route else None,
         "endpoint": record.endpoint_id,
         "attempts": record.attempts,

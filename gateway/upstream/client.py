@@ -61,6 +61,7 @@ class UpstreamCall:
     owner: str | None = None  # the one endpoint that may serve it (a stored response's owner)
     store: bool = False  # remember which endpoint stored the response it creates
     hints: EngineHints | None = None  # the class's engine priority and service tier
+    counting: bool = False  # counts the prompt's tokens, generates none: no context window
 
 
 class Chunks(Protocol):

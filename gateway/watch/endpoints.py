@@ -2,7 +2,8 @@
 
 Shared health (the circuit breaker, Retry-After cool-downs) lives in the stats store and reaches
 the request path through `SharedView`; this registry keeps only what must act instantly on this
-replica: a Retry-After cool-down seen a moment ago, or a provider out of quota.
+replica: a Retry-After cool-down seen a moment ago, or a provider out of quota. It also keeps
+each endpoint's context window (`max_model_len`: the config's, else what its engine said).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class Registry:
         self._by_model: dict[tuple[str, Api], tuple[EndpointConfig, ...]] = {}
         self._index(endpoints)
         self._state = {e.id: EndpointState() for e in endpoints}
+        self._learnt_windows: dict[str, int] = {}  # from vLLM's /v1/models
 
     def _index(self, endpoints: Sequence[EndpointConfig]) -> None:
         """Rebuilt whole on a change, so a request iterating `serving` keeps its tuple."""
@@ -70,6 +72,15 @@ class Registry:
     def serving(self, model: str, api: Api = "chat") -> tuple[EndpointConfig, ...]:
         """The endpoints serving `model` through `api`."""
         return self._by_model.get((model, api), ())
+
+    def window(self, endpoint_id: str) -> int | None:
+        """The endpoint's context window in tokens: configured, else learnt (None: unknown)."""
+        endpoint = self.endpoints.get(endpoint_id)
+        configured = endpoint.max_model_len if endpoint is not None else None
+        return configured or self._learnt_windows.get(endpoint_id)
+
+    def learn_window(self, endpoint_id: str, tokens: int) -> None:
+        self._learnt_windows[endpoint_id] = tokens
 
     def state(self, endpoint_id: str) -> EndpointState:
         return self._state[endpoint_id]
