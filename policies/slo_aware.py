@@ -48,7 +48,14 @@ Method
      max_concurrency, or in-flight alone without one), then the cheapest. Without evidence
      the best bet is to spread load, as least_loaded does; concentrating it on one
      unmeasured endpoint (the cheapest by its prior) stakes every request on that prior.
-   - misses: the most headroom first (the least negative: the best predicted).
+   - misses: those within the load bound first (as above), then the most headroom first
+     (the least negative: the best predicted). In overload every endpoint misses and the
+     predictions trail the load (queue gauges lag, a warm fit does not count the prefill this
+     replica sent ahead), so the best predicted took a burst of requests at once; bounded, the
+     public Mooncake window (docs/loadtesting.md) went 52.5% -> 69.1% offline, and
+     sessions_slow and sessions_rag_engines moved up a little (seeds 1-3: 94.6% -> 94.8%,
+     87.2% -> 88.0% chat); ranking misses by utilisation alone did better on the window
+     (79.7%) but lost prefix locality on sessions (87.2% -> 79.2%).
    Remaining ties break at random. All candidates are returned: the ranking is the failover
    order.
 4. The ranking reports the first endpoint's predicted mean and p95 TTFT (`predicted_ttft_s`,
@@ -205,9 +212,11 @@ class SloAware:
 
 # Sort keys per tier, each ending in a random tie and the candidate's index (unique, so ties
 # never compare further). Meets: tight, cost, hosted, crowded, p95/target band, uncached
-# tenths, utilisation, p95/target; unproven: utilisation, cost; misses: p95/target, ttft p95.
+# tenths, utilisation, p95/target; unproven: utilisation, cost; misses: crowded, p95/target,
+# ttft p95.
 MeetsKey = tuple[float, float, float, float, float, float, float, float, float, int]
 OtherKey = tuple[float, float, float, int]
+MissKey = tuple[float, float, float, float, int]
 
 
 def _ranked(
@@ -237,7 +246,7 @@ def _tiers(
     home: bool,
     comfort: float,
     bounded_load: float,
-) -> tuple[list[MeetsKey], list[OtherKey], list[OtherKey]]:
+) -> tuple[list[MeetsKey], list[OtherKey], list[MissKey]]:
     """Each candidate's sort key (see 3. above), in its tier's list."""
     slo, prompt_tokens, cached_of = request.slo, request.prompt_tokens, request.cached_tokens.get
     stream = request.stream
@@ -245,12 +254,13 @@ def _tiers(
     bound = bounded_load * sum(map(utilisation, candidates)) / len(candidates)
     meets: list[MeetsKey] = []
     unproven: list[OtherKey] = []
-    misses: list[OtherKey] = []
+    misses: list[MissKey] = []
     for index, (snapshot, prediction) in enumerate(zip(candidates, predictions, strict=True)):
         worst = ratio(slo, prediction, stream)
         uncertainty = prediction.uncertainty
+        crowded = snapshot.in_flight > bound * (snapshot.max_concurrency or 1) + 1
         if not worst <= uncertainty * uncertainty:  # not even at the optimistic p95 (u ≥ 1)
-            misses.append((worst, prediction.ttft_p95_s, rng.random(), index))
+            misses.append((float(crowded), worst, prediction.ttft_p95_s, rng.random(), index))
             continue
         cached = cached_of(snapshot.endpoint_id, 0.0)
         cost = snapshot.cost(prompt_tokens, prediction.output_tokens, cached)
@@ -264,7 +274,6 @@ def _tiers(
         # a session's first turn: its rendezvous rank, the same endpoint on every replica;
         # neither it, nor a cached prefix, nor a better band holds an endpoint past the load
         # bound
-        crowded = snapshot.in_flight > bound * (snapshot.max_concurrency or 1) + 1
         if home:
             missed = 0.0 if crowded else rendezvous(request.session or "", snapshot.endpoint_id)
         else:
@@ -275,7 +284,7 @@ def _tiers(
                 tight,
                 cost,
                 hosted,
-                1.0 if crowded else 0.0,
+                float(crowded),
                 band,
                 missed,
                 utilisation(snapshot),

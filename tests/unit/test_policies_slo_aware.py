@@ -231,6 +231,27 @@ def test_failover_order_puts_every_meeting_endpoint_before_the_misses() -> None:
     ]
 
 
+def test_when_every_endpoint_misses_the_best_predicted_within_the_load_bound_goes_first() -> None:
+    """In overload the predictions trail the load: the best predicted endpoint past the bound
+    (1.25 x the mean in flight + 1) ranks after the others, which keep their order."""
+    best, good, worse = (
+        replica("best", waiting=40),
+        replica("good", waiting=50),
+        replica("worse", waiting=60),
+    )
+    request = RouteRequest("r", "m", "t", INTERACTIVE, prompt_tokens=1000, max_tokens=100)
+    policy = SloAware(NO_EXPLORE)
+
+    def order(*in_flight: int) -> list[str]:
+        loaded = [e._replace(in_flight=n) for e, n in zip((best, good, worse), in_flight)]
+        ranking = policy.rank(request, loaded, random.Random(0))
+        assert ranking.reason == "slo_at_risk"
+        return [e.endpoint_id for e in ranking.endpoints]
+
+    assert order(4, 4, 4) == ["best", "good", "worse"]
+    assert order(9, 2, 1) == ["good", "worse", "best"]  # bound: 1.25 x 4 + 1 = 6
+
+
 def test_reports_the_prediction_for_the_first_endpoint() -> None:
     request = RouteRequest("r", "m", "t", INTERACTIVE, prompt_tokens=1000, max_tokens=100)
     ranking = SloAware(NO_EXPLORE).rank(request, [replica("gpu", base_s=0.1)], random.Random(0))
