@@ -31,7 +31,7 @@ import yaml
 from openai import AsyncOpenAI
 
 from gateway.config.settings import Price
-from gateway.core.usage import cost_pusd
+from gateway.core.accounting import cost_pusd
 from gateway.sim.fleet import api_key_environment, demo_fleet, gateway_endpoints, serve_fleet
 from tests.fixtures.gateway import usage_view
 from tests.fixtures.redis import delete_prefix

@@ -13,7 +13,7 @@ Per group (all requests; each class; each tenant; each class × tenant)
     goodput_rps     requests meeting their SLO per second of the run (arrival span)
     goodput_share   the group's share of all requests meeting their SLO (tenant fairness)
     cost            Σ over successful requests of tokens × the serving endpoint's prices, cached
-                    prompt tokens at its cached rate (gateway/core/usage.py, as live billing)
+                    prompt tokens at its cached rate (gateway/core/accounting.py, as live billing)
 Per endpoint (gateway/offline/endpoint_split.py)
     split           requests served and their cost, per endpoint that answered
     coverage        per class and per endpoint × class: the share of served requests whose
