@@ -27,13 +27,13 @@ from typing import Any
 from pydantic import Field
 
 from gateway.config.settings import SloClassConfig
+from gateway.config.strict_model import StrictModel
 from gateway.offline.scenario import (
     EngineSpec,
     ProviderSpec,
     Scenario,
     TenantSpec,
     Traffic,
-    _Strict,
 )
 from gateway.offline.trace import PlannedRequest, PromptedRequest
 from gateway.offline.workload import LengthSpec, RateShape
@@ -43,7 +43,7 @@ from gateway.sim.provider import ProviderParams
 from gateway.sim.wire import estimate_prompt_tokens, output_text, prompt_text
 
 
-class Sessions(_Strict):
+class Sessions(StrictModel):
     tenant: str
     slo_class: str
     sessions: int = Field(ge=1)
