@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks.relay import litellm_proxy
 from benchmarks.relay.backend import KEY_PREFIX, TENANT_KEY, UPSTREAM_MODEL
-from benchmarks.relay.load import Target, chat_request, request_bytes
+from benchmarks.relay.load import SystemUnderTest, chat_request, request_bytes
 from benchmarks.relay.phases import PHASES, Phase, measure
 from benchmarks.relay.procs import Running, free_port, rss_mb, self_cpu_s, start, wait_ready
 from benchmarks.relay.systems import (
@@ -78,11 +78,11 @@ def body(stream: bool) -> dict[str, object]:
     return chat_request(PROMPT, max_tokens=64, stream=stream)
 
 
-def make_target(name: str, port: int) -> Target:
+def make_target(name: str, port: int) -> SystemUnderTest:
     path = "/v1/chat/completions"
     plain = request_bytes("127.0.0.1", port, path, body(False) | _model(name), TENANT_KEY)
     stream = request_bytes("127.0.0.1", port, path, body(True) | _model(name), TENANT_KEY)
-    return Target(name, port, plain, stream)
+    return SystemUnderTest(name, port, plain, stream)
 
 
 def _model(name: str) -> dict[str, str]:
