@@ -26,7 +26,7 @@ from locust import HttpUser, LoadTestShape, constant, task
 from gateway.bench.api_events import PATHS, api_headers
 from gateway.offline.records import LoadRecord, classify, record_line
 from loadtests.plan import Plan, PlannedCall
-from loadtests.sessions import SessionTurns
+from loadtests.sessions import LiveSessionTurns
 from loadtests.stream import Measured, measure, request_body
 
 IDLE_S = 0.25
@@ -43,7 +43,7 @@ class Replay:
         self.started: float | None = None
         self.in_flight = 0
         self.recorded = 0
-        self.sessions = SessionTurns(self.elapsed_s)
+        self.sessions = LiveSessionTurns(self.elapsed_s)
 
     def start(self) -> None:
         if self.started is None:
