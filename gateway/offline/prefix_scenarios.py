@@ -32,7 +32,7 @@ from gateway.offline.scenario import (
     EngineSpec,
     ProviderSpec,
     Scenario,
-    TenantSpec,
+    ScenarioTenant,
     Traffic,
 )
 from gateway.offline.trace import PlannedRequest, PromptedRequest
@@ -144,8 +144,8 @@ def _batch(rate: float, end_s: float) -> Traffic:
 def _sessions_scenario(**fields: Any) -> PrefixScenario:
     """A 30 s scenario of chat sessions (tenant `app`) beside batch jobs (tenant `jobs`)."""
     tenants = {
-        "app": TenantSpec(allowed_classes=["chat"]),
-        "jobs": TenantSpec(allowed_classes=["batch"]),
+        "app": ScenarioTenant(allowed_classes=["chat"]),
+        "jobs": ScenarioTenant(allowed_classes=["batch"]),
     }
     return PrefixScenario(duration_s=30, classes=_CLASSES, tenants=tenants, **fields)
 

@@ -42,7 +42,7 @@ class ProviderSpec(StrictModel):
     price: MemberPrice = MemberPrice()
 
 
-class TenantSpec(StrictModel):
+class ScenarioTenant(StrictModel):
     allowed_classes: list[str] = Field(min_length=1)
     limits: TenantLimits = TenantLimits()
 
@@ -93,7 +93,7 @@ class Scenario(StrictModel):
     engines: list[EngineSpec] = Field(default_factory=list)
     providers: list[ProviderSpec] = Field(default_factory=list)
     classes: dict[str, SloClassConfig]
-    tenants: dict[str, TenantSpec]
+    tenants: dict[str, ScenarioTenant]
     traffic: list[Traffic] = Field(default_factory=list)
     trace: TraceSpec | None = Field(default=None, description="replay a trace instead")
     faults: list[FaultEvent] = Field(default_factory=list)

@@ -13,7 +13,14 @@ from gateway.offline import render
 from gateway.offline import report_charts as charts
 from gateway.offline.records import LoadRecord, classify, read_records, write_records
 from gateway.offline.report import RunFacts, meets_slo, percentile, summarize
-from gateway.offline.scenario import Check, EngineSpec, ProviderSpec, Scenario, TenantSpec, Traffic
+from gateway.offline.scenario import (
+    Check,
+    EngineSpec,
+    ProviderSpec,
+    Scenario,
+    ScenarioTenant,
+    Traffic,
+)
 from gateway.offline.workload import RateShape
 from gateway.sim.fleet import MemberPrice
 
@@ -28,8 +35,8 @@ def scenario(checks: list[Check] | None = None, **changes: Any) -> Scenario:
         "duration_s": 10.0,
         "classes": {"chat": CHAT, "batch": BATCH},
         "tenants": {
-            "a": TenantSpec(allowed_classes=["chat", "batch"]),
-            "b": TenantSpec(allowed_classes=["chat"]),
+            "a": ScenarioTenant(allowed_classes=["chat", "batch"]),
+            "b": ScenarioTenant(allowed_classes=["chat"]),
         },
         "traffic": [Traffic(tenant="a", slo_class="chat", shape=RateShape.constant(1, 0, 10))],
         "engines": [EngineSpec(id="e", price=MemberPrice(input_per_1m=1.0, output_per_1m=2.0))],
