@@ -187,7 +187,7 @@ class TenantFairness(StrictModel):
 
 class TenantSpec(StrictModel):
     """What a tenant may do, wherever it is declared: the config file (`TenantConfig`, with its
-    keys) or the admin API (gateway/config/control.py, its keys issued apart)."""
+    keys) or the admin API (gateway/config/api_records.py, its keys issued apart)."""
 
     allowed_classes: list[str] = Field(min_length=1)
     default_class: str

@@ -28,7 +28,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from gateway.config.control import (
+from gateway.config.api_records import (
     KeyCreate,
     KeyRecord,
     KeyRules,

@@ -8,7 +8,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.config.control import ApiRecords, parse_records
+from gateway.config.api_records import ApiRecords, parse_records
 from gateway.config.settings import GatewayConfig, Settings, TenantBudget, TenantLimits
 from gateway.core.fair_share import weights
 from gateway.server.admission_queue import Admission

@@ -64,7 +64,7 @@ class RequestRecord:
     held_pusd: int = 0
     limit_headers: tuple[tuple[bytes, bytes], ...] = ()
     cost_pusd: int = 0
-    # An API key's (gateway/config/control.py): the name its usage (and its own limits and
+    # An API key's (gateway/config/api_records.py): the name its usage (and its own limits and
     # budget, if any) count under, and its reservation, settled like the tenant's.
     key_subject: str | None = None
     # The models to try, in order, when none of the requested one's endpoints is in rotation
