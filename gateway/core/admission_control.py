@@ -17,7 +17,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from gateway.config.settings import Price, TenantBudget, TenantLimits
 from gateway.core import accounting
-from gateway.core.fair_share import FairShare, fairness_key
+from gateway.core.fair_charges import FairShare, fairness_key
 from gateway.errors import Rejected
 from gateway.state.background import Spawn
 from gateway.state.store import (
@@ -121,7 +121,7 @@ class AdmissionControl(Generic[W]):
         """`write`: how settlements are sent (default `spawn`; the caller's own call when the
         store only queues them). `batch`: where usage with nothing exact to settle waits for
         `flush_usage` (None: every request settles at once). `fair`: the fairness counters
-        (gateway/core/fair_share.py), charged on admission, synced by the caller."""
+        (gateway/core/fair_charges.py), charged on admission, synced by the caller."""
         self.params = params
         self.limits = limits
         self.budgets = budgets or {}

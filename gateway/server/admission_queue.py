@@ -22,7 +22,7 @@ from gateway.core.admission_control import (
     TenantTicket,
     rejection,
 )
-from gateway.core.fair_share import FairShare
+from gateway.core.fair_charges import FairShare
 from gateway.errors import Rejected
 from gateway.state.background import Background, run_now
 from gateway.state.memory_store import MemoryStatsStore

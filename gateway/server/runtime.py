@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.config.api_records import ApiRecords, parse_records
 from gateway.config.settings import GatewayConfig, Settings, TenantBudget, TenantLimits
-from gateway.core.fair_share import weights
+from gateway.core.fair_charges import weights
 from gateway.server.admission_queue import Admission
 from gateway.server.auth import KeyRing, warn_unset_keys
 from gateway.server.finisher import Finisher
