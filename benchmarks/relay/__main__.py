@@ -21,7 +21,7 @@ from typing import Any
 
 import uvloop
 
-from benchmarks.relay import litellm_proxy, markdown, micro, report
+from benchmarks.relay import figures, litellm_proxy, markdown, micro
 from benchmarks.relay.phases import PHASES
 from benchmarks.relay.procs import cores
 from benchmarks.relay.run import Options, run
@@ -145,7 +145,7 @@ def assemble(raw: dict[str, Any], opts: Options, quick: bool) -> dict[str, Any]:
         name: specs[name].label if name in specs else "direct to the mock endpoint"
         for name in opts.systems
     }
-    summary = report.summarise(raw["records"], opts.systems)
+    summary = figures.summarise(raw["records"], opts.systems)
     for name, sizes in raw["rss"].items():
         summary[name] |= {
             "rss_idle_mb": sizes.get("idle_mb"),
@@ -171,9 +171,9 @@ def assemble(raw: dict[str, Any], opts: Options, quick: bool) -> dict[str, Any]:
         },
         "labels": labels,
         "summary": summary,
-        "saturated": {s: report.saturated(raw["records"], s) for s in opts.systems},
-        "ratios": {ref: report.ratios(summary, ref) for ref in (FLOOR, LITELLM)},
-        "targets": report.targets(summary),
+        "saturated": {s: figures.saturated(raw["records"], s) for s in opts.systems},
+        "ratios": {ref: figures.ratios(summary, ref) for ref in (FLOOR, LITELLM)},
+        "targets": figures.targets(summary),
         "micro": micro.measure(quick),
         "notes": notes,
         "store_fallbacks": raw["store_fallbacks"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.relay.report import RATIOS, Figures
+from benchmarks.relay.figures import RATIOS, Figures
 from benchmarks.relay.systems import FLOOR, LITELLM
 
 ABSOLUTE = (
