@@ -129,7 +129,7 @@ def versions(systems: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def describe(opts: Options) -> str:
+def _describe(opts: Options) -> str:
     flush = opts.events_per_write or "all"
     return (
         f"{opts.repeats} repeats; open-loop phases {opts.open_s:g} s, closed-loop "
@@ -166,7 +166,7 @@ def assemble(raw: dict[str, Any], opts: Options, quick: bool) -> dict[str, Any]:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": machine(),
             "command": " ".join(["python -m benchmarks.relay", *sys.argv[1:]]),
-            "settings": describe(opts),
+            "settings": _describe(opts),
             "versions": versions(opts.systems),
         },
         "labels": labels,

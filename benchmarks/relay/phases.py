@@ -51,7 +51,7 @@ PHASES = (
 CpuReader = Callable[[], Mapping[str, float]]  # process role -> CPU seconds so far
 
 
-async def measure(
+async def measure_phase(
     target: SystemUnderTest, phase: Phase, duration_s: float, warm_s: float, cpu: CpuReader
 ) -> dict[str, Any]:
     target.close()

@@ -40,7 +40,7 @@ from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.engine import EngineServerParams
 from gateway.sim.fleet import MemberPrice
 from gateway.sim.provider import ProviderParams
-from gateway.sim.wire import estimate_prompt_tokens, output_text, prompt_text
+from gateway.sim.wire import engine_prompt_tokens, output_text, prompt_text
 
 
 class Sessions(StrictModel):
@@ -95,7 +95,7 @@ def session_turns(
             tokens = output.draw(rng)
             if at_s < duration_s:
                 body = {"model": model, "messages": list(messages)}
-                prompt = estimate_prompt_tokens(body, "chat")
+                prompt = engine_prompt_tokens(body, "chat")
                 text = prompt_text(body, "chat")
                 where = (f"{label}{number}", turn, spec.think_s)
                 turns.append(

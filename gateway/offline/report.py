@@ -43,7 +43,7 @@ from gateway.offline.scenario import Check, Scenario
 ALL = "all"
 
 
-def meets_slo(record: LoadRecord, target: SloClassConfig) -> bool:
+def record_meets_slo(record: LoadRecord, target: SloClassConfig) -> bool:
     """The live judgement (gateway/core/slo.py) applied to one record."""
     return slo.meets_slo(
         target.target(record.slo_class),
@@ -141,7 +141,7 @@ class RunFacts:
 
 
 def summarize(scenario: Scenario, records: Sequence[LoadRecord], facts: RunFacts) -> Summary:
-    good = {r.request_id for r in records if meets_slo(r, scenario.classes[r.slo_class])}
+    good = {r.request_id for r in records if record_meets_slo(r, scenario.classes[r.slo_class])}
     total_good = len(good)
     prices = scenario.prices()
     groups = {

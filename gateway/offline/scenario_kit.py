@@ -35,5 +35,5 @@ def provider(
     )
 
 
-def tenants(**allowed: list[str]) -> dict[str, ScenarioTenant]:
+def scenario_tenants(**allowed: list[str]) -> dict[str, ScenarioTenant]:
     return {name: ScenarioTenant(allowed_classes=classes) for name, classes in allowed.items()}

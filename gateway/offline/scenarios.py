@@ -54,7 +54,7 @@ from gateway.offline.scenario_kit import (
     provider as _provider,
 )
 from gateway.offline.scenario_kit import (
-    tenants as _tenants,
+    scenario_tenants as _tenants,
 )
 from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.engine import EngineServerParams

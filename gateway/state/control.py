@@ -144,7 +144,7 @@ def control_store_for(store: StatsStore) -> ControlStore:
     return MemoryControlStore()
 
 
-async def follow(
+async def follow_records(
     store: ControlStore, apply: Callable[[ControlRecords], None], poll_s: float = POLL_S
 ) -> None:
     """Owned by the app lifespan: read the version every `poll_s`, and `apply` the records
