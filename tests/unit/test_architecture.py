@@ -23,6 +23,11 @@ SHARED_CLASS_NAMES = {
     # each module's Params with its policy; a policy is a module, read as `<name>.Params`)
     "Params",
 }
+# Public function names more than one module defines on purpose: each is a convention.
+SHARED_FUNCTION_NAMES = {
+    "main",  # a runnable module's entry point (`python -m ...`, the console script)
+    "register",  # a command module adds its commands to the CLI (gateway/cli.py)
+}
 # File names more than one module has by Python's own conventions.
 SHARED_FILE_NAMES = {
     "__init__.py",  # a package
@@ -86,6 +91,31 @@ def test_no_two_modules_define_one_class_name() -> None:
     assert shared == [], "\n".join(shared)
 
 
+def test_no_function_imported_by_its_name_is_defined_twice() -> None:
+    """A public function called by its bare name (`from m import f`, here or in tests/) has one
+    definition, so a reader of `f(...)` finds one `def f`. A name only ever read through its
+    module (`audit.configure`, `openai_routes.handle`) says at each call which one it is, and
+    may repeat: a per-module protocol."""
+    defined: dict[str, list[str]] = {}
+    modules: dict[str, list[str]] = {}
+    for path in _modules():
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+                modules.setdefault(node.name, []).append(_dotted(path))
+    imported = _imported_by_name()
+    clashes = {
+        name: paths
+        for name, paths in defined.items()
+        if name not in SHARED_FUNCTION_NAMES
+        and any((module, name) in imported for module in modules[name])
+    }
+    shared = _shared(clashes)
+    assert shared == [], "\n".join(shared)
+
+
 def test_no_two_modules_share_a_file_name() -> None:
     named: dict[str, list[str]] = {}
     for path in _modules():
@@ -97,6 +127,21 @@ def test_no_two_modules_share_a_file_name() -> None:
 
 def _modules() -> list[Path]:
     return sorted(path for tree in NAMED_TREES for path in (ROOT / tree).rglob("*.py"))
+
+
+def _dotted(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imported_by_name() -> set[tuple[str, str]]:
+    """(module, name) for every `from module import name` in the named trees and tests/."""
+    found: set[tuple[str, str]] = set()
+    for tree in (*NAMED_TREES, "tests"):
+        for path in (ROOT / tree).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    found.update((node.module, alias.name) for alias in node.names)
+    return found
 
 
 def _shared(places: dict[str, list[str]]) -> list[str]:
