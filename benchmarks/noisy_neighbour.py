@@ -30,7 +30,7 @@ from gateway.bench.percentile import percentile
 from gateway.offline.fairness_scenarios import NOISY, QUIET, noisy_neighbour
 from gateway.offline.prefix_scenarios import PrefixScenario
 from gateway.offline.records import LoadRecord
-from gateway.offline.report import meets_slo
+from gateway.offline.report import record_meets_slo
 from gateway.offline.simulator import Simulator
 from gateway.offline.workload import RateShape
 from policies.admission import AdmissionParams
@@ -49,12 +49,12 @@ def variant(name: str) -> PrefixScenario:
     return scenario.model_copy(update={"admission": AdmissionParams(fair_share=name == "fair")})
 
 
-def measure(records: Sequence[LoadRecord], scenario: PrefixScenario) -> Measures:
+def measure_tenants(records: Sequence[LoadRecord], scenario: PrefixScenario) -> Measures:
     found: Measures = {}
     for tenant in (QUIET, NOISY):
         mine = [r for r in records if r.tenant == tenant]
         answered = [r for r in mine if r.outcome == "ok"]
-        met = sum(meets_slo(r, scenario.classes[r.slo_class]) for r in mine)
+        met = sum(record_meets_slo(r, scenario.classes[r.slo_class]) for r in mine)
         waits = sorted(r.queued_s for r in answered)
         found[f"{tenant}_attainment"] = met / len(mine) if mine else float("nan")
         found[f"{tenant}_served_tokens"] = float(sum(_served(r) for r in answered))
@@ -75,7 +75,7 @@ def _served(record: LoadRecord) -> int:
 def offline(name: str, seed: int) -> Measures:
     scenario = variant(name)
     result = Simulator(scenario, scenario.plan(seed), {"name": POLICY}, seed=seed).run()
-    return measure(result.records, scenario)
+    return measure_tenants(result.records, scenario)
 
 
 def live(name: str, seed: int) -> Measures:
@@ -84,7 +84,7 @@ def live(name: str, seed: int) -> Measures:
     scenario = variant(name)
     with tempfile.TemporaryDirectory() as out:
         run = run_live(scenario, Path(out), LiveOptions(policy=POLICY, seed=seed))
-    return measure(run.records, scenario)
+    return measure_tenants(run.records, scenario)
 
 
 def table(rows: dict[str, Measures], live_run: bool) -> str:

@@ -30,7 +30,7 @@ from types import ModuleType
 from typing import Any
 
 from gateway.offline.records import LoadRecord, read_records
-from gateway.offline.report import meets_slo
+from gateway.offline.report import record_meets_slo
 from gateway.offline.simulator import Simulator
 
 COUNTS = ("last_to_slowed_s", "sent_after", "last_routed_s", "explored")
@@ -45,7 +45,7 @@ def scenario_module() -> ModuleType:
     return module
 
 
-def measure(records: Sequence[LoadRecord], module: ModuleType) -> dict[str, float]:
+def measure_reaction(records: Sequence[LoadRecord], module: ModuleType) -> dict[str, float]:
     scenario = module.reaction()
     target = scenario.classes["interactive"]
     interactive = [r for r in records if r.slo_class == "interactive"]
@@ -63,7 +63,7 @@ def measure(records: Sequence[LoadRecord], module: ModuleType) -> dict[str, floa
     }
     for phase, spans in module.PHASES.items():
         inside = [r for r in interactive if any(a <= r.arrival_s < b for a, b in spans)]
-        met = sum(meets_slo(r, target) for r in inside)
+        met = sum(record_meets_slo(r, target) for r in inside)
         found[phase] = met / len(inside) if inside else float("nan")
     return found
 
@@ -72,7 +72,7 @@ def offline(seed: int, policy: str, module: ModuleType) -> dict[str, float]:
     scenario = module.reaction()
     plan = scenario.plan(seed)
     result = Simulator(scenario, plan, {"name": policy}, seed=seed).run()
-    return measure(result.records, module)
+    return measure_reaction(result.records, module)
 
 
 def table(rows: dict[str, dict[str, float]]) -> str:
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows: dict[str, dict[str, float]] = {}
     if args.records:
         for path in args.records:
-            rows[str(path)] = measure(list(read_records(path)), module)
+            rows[str(path)] = measure_reaction(list(read_records(path)), module)
     else:
         for seed in args.seeds:
             rows[f"seed {seed}"] = offline(seed, args.policy, module)

@@ -163,7 +163,7 @@ async def measure(
     return len(ok) / tally.wall_s, statistics.median(ok), p99, errors
 
 
-def run(args: argparse.Namespace, available: list[int], logs: Path, workdir: Path) -> list[Cell]:
+def _run(args: argparse.Namespace, available: list[int], logs: Path, workdir: Path) -> list[Cell]:
     sizes = [n for n in args.workers if n <= len(available)]
     systems = ["slo-gateway", "vllm-router"]
     if router_executable(logs) is None:
@@ -242,7 +242,7 @@ def main() -> None:
     logs = args.out / f"scaling-{stamp}-logs"
     logs.mkdir()
     available = cores()  # before the harness pins itself to the load generator's cores
-    cells = run(args, available, logs, logs)
+    cells = _run(args, available, logs, logs)
     text = markdown(cells, args, available)
     (args.out / f"scaling-{stamp}.md").write_text(text)
     (args.out / f"scaling-{stamp}.json").write_text(json.dumps([asdict(c) for c in cells]))

@@ -203,7 +203,7 @@ def proc_reading(pid: int) -> tuple[int, int]:
     return rss_kb, len(os.listdir(f"/proc/{pid}/fd"))
 
 
-async def sample(pids: list[int], samples: Samples, stop: asyncio.Event) -> None:
+async def _sample(pids: list[int], samples: Samples, stop: asyncio.Event) -> None:
     t0 = time.perf_counter()
     while not stop.is_set():
         for replica, pid in enumerate(pids):
@@ -219,7 +219,7 @@ async def run_load(
     urls: list[str], pids: list[int], duration_s: float, concurrency: int
 ) -> tuple[list[Outcome], Samples]:
     samples, stop = Samples(), asyncio.Event()
-    sampler = asyncio.create_task(sample(pids, samples, stop))
+    sampler = asyncio.create_task(_sample(pids, samples, stop))
     outcomes = await drive(urls, duration_s, concurrency)
     await asyncio.sleep(2.0)  # let background releases land before the final sample
     stop.set()

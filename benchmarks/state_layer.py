@@ -31,7 +31,7 @@ from tests.fixtures.redis import delete_prefix, running_redis_url
 ENDPOINTS = ["ep-a", "ep-b", "ep-c", "ep-d"]
 
 
-def sample(at_s: float, i: int) -> LatencySample:
+def _sample(at_s: float, i: int) -> LatencySample:
     return LatencySample(
         at_s=at_s,
         ok=i % 50 != 0,
@@ -47,7 +47,7 @@ def sample(at_s: float, i: int) -> LatencySample:
 
 async def prefill(store: StatsStore, now: float) -> None:
     for i in range(240):  # 4 per endpoint per 5 s bucket over the 60 s window
-        await store.observe(ENDPOINTS[i % 4], sample(now - 60 + i * 0.25, i))
+        await store.observe(ENDPOINTS[i % 4], _sample(now - 60 + i * 0.25, i))
 
 
 async def full_read_request(store: StatsStore, i: int) -> None:
@@ -65,7 +65,7 @@ async def _request(store: StatsStore, i: int, read: Callable[[float], Awaitable[
     endpoint, request_id, now = ENDPOINTS[i % 4], f"bench-{i}", time.time()
     await store.acquire(endpoint, request_id, ttl_s=300, now=now)
     await read(now)
-    await store.observe(endpoint, sample(now, i))
+    await store.observe(endpoint, _sample(now, i))
     await store.release(endpoint, request_id, now=now)
 
 

@@ -89,7 +89,7 @@ _PASSAGE = (
 )
 
 
-def chat(rng: random.Random) -> str:
+def _chat(rng: random.Random) -> str:
     turns = []
     for _ in range(rng.randint(1, 6)):
         turns.append(rng.choice(_ASKS).format(s=rng.choice(_SUBJECTS)))
@@ -127,7 +127,7 @@ def chunks(paths: list[Path], rng: random.Random) -> Iterator[str]:
 def samples(kind: str, count: int, seed: int) -> list[str]:
     rng = random.Random(f"{kind}-{seed}")
     if kind == "chat":
-        return [chat(rng) for _ in range(count)]
+        return [_chat(rng) for _ in range(count)]
     if kind == "multilingual":
         return [multilingual(rng) for _ in range(count)]
     if kind == "code":

@@ -31,7 +31,7 @@ import yaml
 from openai import AsyncOpenAI
 
 from gateway.config.settings import Price
-from gateway.core.usage import cost_pusd
+from gateway.core.accounting import cost_pusd
 from gateway.sim.fleet import api_key_environment, demo_fleet, gateway_endpoints, serve_fleet
 from tests.fixtures.gateway import usage_view
 from tests.fixtures.redis import delete_prefix
@@ -120,7 +120,7 @@ async def client(url: str, key: str, sums: Sums, prices: dict[str, Price], until
     await sdk.close()
 
 
-async def load(
+async def _load(
     urls: list[str], clients: int, seconds: float, prices: dict[str, Price]
 ) -> dict[str, Sums]:
     sums = {tenant: Sums() for tenant in TENANTS}
@@ -140,7 +140,7 @@ def gateway(path: Path, port: int, env: dict[str, str]) -> subprocess.Popen[byte
     return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def wait_ready(url: str) -> None:
+def _wait_ready(url: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -152,7 +152,7 @@ def wait_ready(url: str) -> None:
     raise SystemExit(f"gateway at {url} never became ready")
 
 
-async def run(args: argparse.Namespace) -> int:
+async def _run(args: argparse.Namespace) -> int:
     fleet = demo_fleet(free_port() + 10)
     endpoints = gateway_endpoints(fleet)
     prices = {e["id"]: Price(**e.get("price", {})) for e in endpoints}
@@ -173,8 +173,8 @@ async def run(args: argparse.Namespace) -> int:
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         try:
             for url in urls:
-                await asyncio.to_thread(wait_ready, url)
-            sums = await load(urls, args.clients, args.seconds, prices)
+                await asyncio.to_thread(_wait_ready, url)
+            sums = await _load(urls, args.clients, args.seconds, prices)
             await asyncio.sleep(0.5)  # the last settlements leave in the write-behind
             views = [await asyncio.to_thread(usage_view, url, ADMIN_KEY) for url in urls]
         finally:
@@ -230,7 +230,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=6, help="concurrent clients per tenant")
     parser.add_argument("--redis-url", default=None)
-    raise SystemExit(asyncio.run(run(parser.parse_args())))
+    raise SystemExit(asyncio.run(_run(parser.parse_args())))
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def judged(url: str, headers: dict[str, str]) -> dict[str, float]:
     return counts
 
 
-def calls(oa: openai.OpenAI, an: anthropic.Anthropic, tokens: int) -> dict[str, Callable[[], Any]]:
+def _calls(oa: openai.OpenAI, an: anthropic.Anthropic, tokens: int) -> dict[str, Callable[[], Any]]:
     raw = oa.with_raw_response
     chat: list[ChatCompletionMessageParam] = [{"role": "user", "content": PROMPT}]
     messages: list[MessageParam] = [{"role": "user", "content": PROMPT}]
@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             for _chunk in warm:
                 pass
         lines = ["| shape | requests | predicted slo_met | judged met |", "|---|---|---|---|"]
-        for shape, call in calls(oa, an, args.max_tokens).items():
+        for shape, call in _calls(oa, an, args.max_tokens).items():
             predicted = met = 0
             for _ in range(args.requests):
                 before = judged(args.url, token)["met"]

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gateway.bench.api_events import Api
+from gateway.config.strict_model import StrictModel
 from gateway.offline.trace import PlannedRequest
 
 PLAN_ENV = "SLO_LOADTEST_PLAN"
@@ -24,11 +25,7 @@ ASSUMED_FIRST_TOKEN_S = 2.0
 POOL_HEADROOM = 1.5
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class PlannedCall(_Strict):
+class PlannedCall(StrictModel):
     index: int
     arrival_s: float
     prompt_tokens: int
@@ -47,13 +44,13 @@ class PlannedCall(_Strict):
         return group_name(self.tenant, self.slo_class)
 
 
-class TimedFault(_Strict):
+class TimedFault(StrictModel):
     at_s: float
     url: str  # the member's /sim/faults
     patch: dict[str, Any]
 
 
-class Plan(_Strict):
+class Plan(StrictModel):
     scenario: str
     model: str
     api: Api = "chat"  # the API every request is sent through

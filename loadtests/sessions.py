@@ -17,7 +17,7 @@ from gevent.event import AsyncResult
 from loadtests.plan import PlannedCall
 
 
-class SessionTurns:
+class LiveSessionTurns:
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock  # seconds since the run started
         self._ended: dict[tuple[str, int], AsyncResult] = {}

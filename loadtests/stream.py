@@ -33,18 +33,20 @@ CHAT_OVERHEAD_TOKENS = 4  # the simulated engine counts 4 tokens per chat messag
 _FILLER = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor "
 
 
-def prompt_text(tokens: int, index: int) -> str:
+def filler_prompt(tokens: int, index: int) -> str:
     """About `tokens` prompt tokens as the simulated engine counts them (chars / 4 + 4)."""
     chars = max(1, tokens - CHAT_OVERHEAD_TOKENS) * CHARS_PER_TOKEN
     text = f"{index} " + _FILLER * (chars // len(_FILLER) + 1)
     return text[:chars]
 
 
-def request_body(model: str, call: PlannedCall, api: Api = "chat") -> dict[str, Any]:
+def call_body(model: str, call: PlannedCall, api: Api = "chat") -> dict[str, Any]:
     if api != "chat":
-        return api_body(api, model, prompt_text(call.prompt_tokens, call.index), call.output_tokens)
+        return api_body(
+            api, model, filler_prompt(call.prompt_tokens, call.index), call.output_tokens
+        )
     messages = call.messages or [
-        {"role": "user", "content": prompt_text(call.prompt_tokens, call.index)}
+        {"role": "user", "content": filler_prompt(call.prompt_tokens, call.index)}
     ]
     return {
         "model": model,
@@ -157,7 +159,7 @@ def _cached(usage: dict[str, Any]) -> int:
     return cached if isinstance(cached, int) else 0
 
 
-def measure(
+def measure_call(
     response: requests.Response, t0: float, clock: Clock = time.perf_counter, api: Api = "chat"
 ) -> Measured:
     """Read a streamed response to its end; times are from t0 (on `clock`)."""

@@ -26,8 +26,8 @@ from locust import HttpUser, LoadTestShape, constant, task
 from gateway.bench.api_events import PATHS, api_headers
 from gateway.offline.records import LoadRecord, classify, record_line
 from loadtests.plan import Plan, PlannedCall
-from loadtests.sessions import SessionTurns
-from loadtests.stream import Measured, measure, request_body
+from loadtests.sessions import LiveSessionTurns
+from loadtests.stream import Measured, call_body, measure_call
 
 IDLE_S = 0.25
 
@@ -43,7 +43,7 @@ class Replay:
         self.started: float | None = None
         self.in_flight = 0
         self.recorded = 0
-        self.sessions = SessionTurns(self.elapsed_s)
+        self.sessions = LiveSessionTurns(self.elapsed_s)
 
     def start(self) -> None:
         if self.started is None:
@@ -109,14 +109,14 @@ class LlmUser(HttpUser):
         t0 = time.perf_counter()
         with self.client.post(
             "/v1" + PATHS[plan.api],
-            json=request_body(plan.model, call, plan.api),
+            json=call_body(plan.model, call, plan.api),
             headers=headers,
             stream=True,
             catch_response=True,
             name=f"{self.group}:POST",
         ) as response:
             try:
-                measured = measure(response, t0, api=plan.api)
+                measured = measure_call(response, t0, api=plan.api)
             except (requests.RequestException, ValueError) as exc:
                 measured = _broken(
                     response.status_code, type(exc).__name__, time.perf_counter() - t0

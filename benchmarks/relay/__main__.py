@@ -21,7 +21,7 @@ from typing import Any
 
 import uvloop
 
-from benchmarks.relay import litellm_proxy, markdown, micro, report
+from benchmarks.relay import figures, litellm_proxy, markdown, micro
 from benchmarks.relay.phases import PHASES
 from benchmarks.relay.procs import cores
 from benchmarks.relay.run import Options, run
@@ -129,7 +129,7 @@ def versions(systems: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def describe(opts: Options) -> str:
+def _describe(opts: Options) -> str:
     flush = opts.events_per_write or "all"
     return (
         f"{opts.repeats} repeats; open-loop phases {opts.open_s:g} s, closed-loop "
@@ -145,7 +145,7 @@ def assemble(raw: dict[str, Any], opts: Options, quick: bool) -> dict[str, Any]:
         name: specs[name].label if name in specs else "direct to the mock endpoint"
         for name in opts.systems
     }
-    summary = report.summarise(raw["records"], opts.systems)
+    summary = figures.summarise(raw["records"], opts.systems)
     for name, sizes in raw["rss"].items():
         summary[name] |= {
             "rss_idle_mb": sizes.get("idle_mb"),
@@ -166,14 +166,14 @@ def assemble(raw: dict[str, Any], opts: Options, quick: bool) -> dict[str, Any]:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": machine(),
             "command": " ".join(["python -m benchmarks.relay", *sys.argv[1:]]),
-            "settings": describe(opts),
+            "settings": _describe(opts),
             "versions": versions(opts.systems),
         },
         "labels": labels,
         "summary": summary,
-        "saturated": {s: report.saturated(raw["records"], s) for s in opts.systems},
-        "ratios": {ref: report.ratios(summary, ref) for ref in (FLOOR, LITELLM)},
-        "targets": report.targets(summary),
+        "saturated": {s: figures.saturated(raw["records"], s) for s in opts.systems},
+        "ratios": {ref: figures.ratios(summary, ref) for ref in (FLOOR, LITELLM)},
+        "targets": figures.targets(summary),
         "micro": micro.measure(quick),
         "notes": notes,
         "store_fallbacks": raw["store_fallbacks"],

@@ -2,7 +2,7 @@
 
 It is written at this level so that it costs a few microseconds per request and per chunk, far
 below any relay under test; the harness reports its CPU share so that claim can be checked in
-every run. One `Target` holds a pool of idle connections across phases (warmed once). Two
+every run. One `SystemUnderTest` holds a pool of idle connections across phases (warmed once). Two
 drivers: `open_loop` sends at a fixed rate whatever the answers do (a new connection when none
 is idle, so a stalled relay cannot slow the sender down and hide its queueing); `closed_loop`
 keeps a fixed number of requests in flight for a fixed time. A request is timed from before a
@@ -27,7 +27,7 @@ DRAIN_S = 5.0  # open loop: how long stragglers may finish after the sending win
 
 
 @dataclass(slots=True)
-class Sample:
+class CallResult:
     ok: bool
     latency_ms: float = 0.0
     ttft_ms: float | None = None
@@ -38,7 +38,7 @@ class Sample:
 class Tally:
     """What one phase produced at the client."""
 
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[CallResult] = field(default_factory=list)
     dropped: int = 0
     timeouts: int = 0
     wall_s: float = 0.0
@@ -121,7 +121,7 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
 
-class Target:
+class SystemUnderTest:
     """A system under test, seen from the client: an address, canned requests, a pool."""
 
     def __init__(self, name: str, port: int, plain: bytes, stream: bytes) -> None:
@@ -139,7 +139,7 @@ class Target:
         _, conn = await loop.create_connection(_Connection, "127.0.0.1", self.port)
         return conn
 
-    async def call(self, stream: bool, timeout_s: float) -> Sample:
+    async def call(self, stream: bool, timeout_s: float) -> CallResult:
         """One request; latency and TTFT count from before a connection is taken (or opened)."""
         started_ns = time.perf_counter_ns()
         conn = await self._connection()
@@ -155,21 +155,23 @@ class Target:
             self._idle.append(conn)
         ttft = (conn.first_token_ns - started_ns) / 1e6 if conn.first_token_ns else None
         tokens = bytes(conn.body).count(TOKEN.encode()) if stream else 0
-        return Sample(ok, (end_ns - started_ns) / 1e6, ttft, tokens)
+        return CallResult(ok, (end_ns - started_ns) / 1e6, ttft, tokens)
 
     def close(self) -> None:
         while self._idle:
             self._idle.pop().close()
 
 
-async def _safe_call(target: Target, stream: bool, timeout_s: float) -> Sample:
+async def _safe_call(target: SystemUnderTest, stream: bool, timeout_s: float) -> CallResult:
     try:
         return await target.call(stream, timeout_s)
     except OSError:
-        return Sample(ok=False)
+        return CallResult(ok=False)
 
 
-async def closed_loop(target: Target, concurrency: int, duration_s: float, stream: bool) -> Tally:
+async def closed_loop(
+    target: SystemUnderTest, concurrency: int, duration_s: float, stream: bool
+) -> Tally:
     tally = Tally()
     stop_ns = time.perf_counter_ns() + int(duration_s * 1e9)
     timeout_s = duration_s + DRAIN_S
@@ -190,11 +192,11 @@ async def closed_loop(target: Target, concurrency: int, duration_s: float, strea
     return tally
 
 
-async def open_loop(target: Target, rate: float, duration_s: float, stream: bool) -> Tally:
+async def open_loop(target: SystemUnderTest, rate: float, duration_s: float, stream: bool) -> Tally:
     tally = Tally()
     interval_ns = int(1e9 / rate)
     count = int(duration_s * rate)
-    tasks: set[asyncio.Task[Sample]] = set()
+    tasks: set[asyncio.Task[CallResult]] = set()
     begin_ns = time.perf_counter_ns()
     for i in range(count):
         due_ns = begin_ns + i * interval_ns
@@ -215,7 +217,7 @@ async def open_loop(target: Target, rate: float, duration_s: float, stream: bool
     return tally
 
 
-def _collect(task: asyncio.Task[Sample], tally: Tally) -> bool:
+def _collect(task: asyncio.Task[CallResult], tally: Tally) -> bool:
     """Move a finished task's sample into the tally; False while it still runs."""
     if not task.done():
         return False

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.relay.report import RATIOS, Figures
+from benchmarks.relay.figures import RATIOS, Figures
 from benchmarks.relay.systems import FLOOR, LITELLM
 
 ABSOLUTE = (
@@ -29,7 +29,7 @@ RATIO_LABELS = {
 }
 
 
-def number(value: float | None, digits: int) -> str:
+def _number(value: float | None, digits: int) -> str:
     if value is None:
         return "n/a"
     if 0 < abs(value) < 10**-digits:
@@ -50,18 +50,18 @@ def absolute(
         name = labels[system] + (
             f" (saturated: {', '.join(saturated[system])})" if saturated.get(system) else ""
         )
-        rows.append([name, *(number(figures.get(key), d) for _, key, d in ABSOLUTE)])
+        rows.append([name, *(_number(figures.get(key), d) for _, key, d in ABSOLUTE)])
     return _table(["system", *(label for label, _, _ in ABSOLUTE)], rows)
 
 
 def ratio_table(table: dict[str, Figures], labels: dict[str, str]) -> list[str]:
-    rows = [[labels[s], *(number(f.get(key), 2) for key, _ in RATIOS)] for s, f in table.items()]
+    rows = [[labels[s], *(_number(f.get(key), 2) for key, _ in RATIOS)] for s, f in table.items()]
     return _table(["system", *(RATIO_LABELS[key] for key, _ in RATIOS)], rows)
 
 
 def target_table(rows: list[dict[str, Any]]) -> list[str]:
     verdict = {True: "met", False: "MISSED", None: "not measured"}
-    body = [[r["target"], number(r["ratio"], 2), verdict[r["met"]]] for r in rows]
+    body = [[r["target"], _number(r["ratio"], 2), verdict[r["met"]]] for r in rows]
     return _table(["target (gateway, memory store unless said)", "ratio", "result"], body)
 
 
@@ -69,9 +69,9 @@ def load_table(summary: dict[str, Figures], labels: dict[str, str]) -> list[str]
     rows = [
         [
             labels[s],
-            number(f.get("loadgen_share_max"), 2),
-            number(f.get("load_core_share_max"), 2),
-            number(f.get("proxy_core_share"), 2),
+            _number(f.get("loadgen_share_max"), 2),
+            _number(f.get("load_core_share_max"), 2),
+            _number(f.get("proxy_core_share"), 2),
         ]
         for s, f in summary.items()
     ]
@@ -88,9 +88,9 @@ def micro_table(micro: dict[str, Any]) -> list[str]:
     rows = [
         [
             case,
-            number(r.get("json_us"), 1),
-            number(r.get("orjson_us"), 1),
-            number(r.get("speedup"), 1),
+            _number(r.get("json_us"), 1),
+            _number(r.get("orjson_us"), 1),
+            _number(r.get("speedup"), 1),
         ]
         for case, r in micro.items()
     ]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.relay.load import Sample, Tally, Target, closed_loop, open_loop
+from benchmarks.relay.load import CallResult, SystemUnderTest, Tally, closed_loop, open_loop
 from benchmarks.relay.procs import self_cpu_s
 from gateway.bench.percentile import percentile
 
@@ -30,12 +30,12 @@ class Phase:
     rate_per_s: float | None = None  # open loop when set, else closed loop
     concurrency: int = 64
 
-    async def drive(self, target: Target, duration_s: float) -> Tally:
+    async def drive(self, target: SystemUnderTest, duration_s: float) -> Tally:
         if self.rate_per_s is not None:
             return await open_loop(target, self.rate_per_s, duration_s, self.stream)
         return await closed_loop(target, self.concurrency, duration_s, self.stream)
 
-    async def warm(self, target: Target, duration_s: float) -> None:
+    async def warm(self, target: SystemUnderTest, duration_s: float) -> None:
         concurrency = WARM_CONCURRENCY if self.rate_per_s is not None else self.concurrency
         await closed_loop(target, concurrency, duration_s, self.stream)
 
@@ -51,8 +51,8 @@ PHASES = (
 CpuReader = Callable[[], Mapping[str, float]]  # process role -> CPU seconds so far
 
 
-async def measure(
-    target: Target, phase: Phase, duration_s: float, warm_s: float, cpu: CpuReader
+async def measure_phase(
+    target: SystemUnderTest, phase: Phase, duration_s: float, warm_s: float, cpu: CpuReader
 ) -> dict[str, Any]:
     target.close()
     await phase.warm(target, warm_s)
@@ -83,7 +83,7 @@ def summarise(tally: Tally) -> dict[str, Any]:
     }
 
 
-def _short_streams(good: list[Sample]) -> int:
+def _short_streams(good: list[CallResult]) -> int:
     """Streams that delivered fewer tokens than the longest one: a relay losing events."""
     counts = [s.tokens for s in good if s.tokens]
     return sum(1 for c in counts if c < max(counts)) if counts else 0

@@ -42,7 +42,7 @@ def rewrite(raw: bytes) -> tuple[bytes, bool]:
     return json.dumps(body).encode(), bool(body.get("stream"))
 
 
-class AiohttpUpstream:
+class AiohttpRelayClient:
     def __init__(self) -> None:
         connector = aiohttp.TCPConnector(limit=POOL_SIZE, limit_per_host=POOL_SIZE)
         self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
@@ -70,7 +70,7 @@ class AiohttpUpstream:
         await self.session.close()
 
 
-class HttpxUpstream:
+class HttpxRelayClient:
     def __init__(self, over_aiohttp: bool) -> None:
         limits = httpx.Limits(max_connections=POOL_SIZE, max_keepalive_connections=POOL_SIZE)
         transport = AiohttpTransport(limits=limits) if over_aiohttp else None
@@ -100,10 +100,10 @@ class HttpxUpstream:
         await self.client.aclose()
 
 
-UPSTREAMS: dict[str, Callable[[], AiohttpUpstream | HttpxUpstream]] = {
-    "fastapi-aiohttp": AiohttpUpstream,
-    "fastapi-httpx": lambda: HttpxUpstream(over_aiohttp=False),
-    "fastapi-httpx-aiohttp": lambda: HttpxUpstream(over_aiohttp=True),
+UPSTREAMS: dict[str, Callable[[], AiohttpRelayClient | HttpxRelayClient]] = {
+    "fastapi-aiohttp": AiohttpRelayClient,
+    "fastapi-httpx": lambda: HttpxRelayClient(over_aiohttp=False),
+    "fastapi-httpx-aiohttp": lambda: HttpxRelayClient(over_aiohttp=True),
 }
 KINDS = (*UPSTREAMS, "aiohttp-aiohttp")
 

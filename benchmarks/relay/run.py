@@ -20,8 +20,8 @@ from typing import Any
 
 from benchmarks.relay import litellm_proxy
 from benchmarks.relay.backend import KEY_PREFIX, TENANT_KEY, UPSTREAM_MODEL
-from benchmarks.relay.load import Target, chat_request, request_bytes
-from benchmarks.relay.phases import PHASES, Phase, measure
+from benchmarks.relay.load import SystemUnderTest, chat_request, request_bytes
+from benchmarks.relay.phases import PHASES, Phase, measure_phase
 from benchmarks.relay.procs import Running, free_port, rss_mb, self_cpu_s, start, wait_ready
 from benchmarks.relay.systems import (
     DIRECT,
@@ -78,11 +78,11 @@ def body(stream: bool) -> dict[str, object]:
     return chat_request(PROMPT, max_tokens=64, stream=stream)
 
 
-def make_target(name: str, port: int) -> Target:
+def make_target(name: str, port: int) -> SystemUnderTest:
     path = "/v1/chat/completions"
     plain = request_bytes("127.0.0.1", port, path, body(False) | _model(name), TENANT_KEY)
     stream = request_bytes("127.0.0.1", port, path, body(True) | _model(name), TENANT_KEY)
-    return Target(name, port, plain, stream)
+    return SystemUnderTest(name, port, plain, stream)
 
 
 def _model(name: str) -> dict[str, str]:
@@ -179,7 +179,7 @@ async def run(options: Options) -> dict[str, Any]:
         for repeat, phase, name in rounds(options):
             duration = options.open_s if phase.rate_per_s else options.closed_s
             cpu = functools.partial(running.cpu, name)
-            record = await measure(targets[name], phase, duration, options.warm_s, cpu)
+            record = await measure_phase(targets[name], phase, duration, options.warm_s, cpu)
             records.append({"system": name, "phase": phase.name, "repeat": repeat} | record)
             rss[name]["loaded_mb"] = max(rss[name].get("loaded_mb", 0.0), _rss(running, name))
         for target in targets.values():

@@ -21,7 +21,7 @@ from gateway.bench.sweep_report import (
     render_errors,
     render_notes,
     render_table,
-    summarize,
+    summarize_level,
     write_csv,
     write_json,
 )
@@ -78,9 +78,9 @@ async def _run(target: Target, plan: SweepPlan, timeout_s: float) -> list[LevelR
         return await run_sweep(client, target, plan, Progress(plan))
 
 
-def publish(runs: list[LevelRun], slo: Slo | None, meta: dict[str, Any], out: Path) -> None:
+def publish_sweep(runs: list[LevelRun], slo: Slo | None, meta: dict[str, Any], out: Path) -> None:
     """Print the table and notes; write the CSV, the JSON and (with matplotlib) the charts."""
-    summaries = [summarize(run) for run in runs]
+    summaries = [summarize_level(run) for run in runs]
     typer.echo(render_table(summaries, slo))
     for line in render_notes(summaries, slo) + render_errors(flatten(runs)):
         typer.echo(line)
@@ -159,7 +159,7 @@ def bench(
     runs = asyncio.run(_run(target, plan, timeout_s))
     meta = {"url": target.url, "model": model, "api": kind, "plan": dataclasses.asdict(plan)}
     meta["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
-    publish(runs, slo_target, meta, out)
+    publish_sweep(runs, slo_target, meta, out)
     if all(not r.measurement.ok for r in flatten(runs)):
         typer.echo("every request failed; see the error column of requests.csv", err=True)
         raise typer.Exit(1)

@@ -59,7 +59,7 @@ def _from_preset(model: str) -> ModelSource:
 
 
 def _from_config(path: Path) -> ModelSource:
-    config = hf_config.load(path)
+    config = hf_config.read_config(path)
     dtype = hf_config.dtype(config) or "bf16"
     params_b = hf_config.estimate_params_b(config)
     name = str(config.get("_name_or_path") or path.parent.name or "config.json")

@@ -20,7 +20,7 @@ from typing import Any
 from gateway.bench.kvcap import ModelShape
 
 
-def load(path: str | Path) -> Mapping[str, Any]:
+def read_config(path: str | Path) -> Mapping[str, Any]:
     """The decoder's config from a config.json file (multimodal configs: its `text_config`)."""
     data = json.loads(Path(path).read_text())
     if not isinstance(data, dict):

@@ -19,7 +19,7 @@ from typing import TextIO
 
 import httpx
 
-from gateway.bench.sweep_client import Clock, Measurement, Target, make_prompt, measure
+from gateway.bench.sweep_client import Clock, Measurement, Target, make_prompt, measure_request
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -99,7 +99,7 @@ async def run_sweep(
 ) -> list[LevelRun]:
     """Run every level of `plan` in order; failures are recorded, never raised."""
     for nonce in range(plan.warmup_requests):  # opens connections; not recorded
-        await measure(client, target, make_prompt(16, nonce), 4, clock)
+        await measure_request(client, target, make_prompt(16, nonce), 4, clock)
     runs = []
     for level in plan.levels():
         run = await run_level(client, target, plan, level, progress, clock)
@@ -127,7 +127,7 @@ async def run_level(
             sent_at_s = clock() - start
             # unique per request in the whole sweep, so no prompt hits the prefix cache
             prompt = make_prompt(level.prompt_tokens, nonce=level.concurrency * 100_000 + seq)
-            m = await measure(client, target, prompt, plan.output_tokens, clock)
+            m = await measure_request(client, target, prompt, plan.output_tokens, clock)
             records.append(SweepSample(level, seq, sent_at_s, m))
             if progress is not None:
                 progress.advance(level, len(records))

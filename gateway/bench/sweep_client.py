@@ -76,7 +76,7 @@ def _filler(tokens: int) -> str:
     return " ".join(rng.choice(_WORDS) for _ in range(tokens))
 
 
-def request_body(target: Target, prompt: str, max_tokens: int) -> dict[str, Any]:
+def target_body(target: Target, prompt: str, max_tokens: int) -> dict[str, Any]:
     body = api_events.request_body(target.api, target.model, prompt, max_tokens)
     if target.ignore_eos:
         body["ignore_eos"] = True  # vLLM extension: generate exactly max_tokens
@@ -184,7 +184,7 @@ class StreamTimer:
         )
 
 
-async def measure(
+async def measure_request(
     client: httpx.AsyncClient,
     target: Target,
     prompt: str,
@@ -192,7 +192,7 @@ async def measure(
     clock: Clock = time.perf_counter,
 ) -> Measurement:
     """Send one streaming request and time it; failures come back as a Measurement, not raised."""
-    body = request_body(target, prompt, max_tokens)
+    body = target_body(target, prompt, max_tokens)
     timer = StreamTimer(clock())
     status: int | None = None
     try:

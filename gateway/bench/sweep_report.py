@@ -98,7 +98,7 @@ def _values(ms: Sequence[Measurement], pick: Callable[[Measurement], float | Non
     return [v for m in ms if m.ok and (v := pick(m)) is not None]
 
 
-def summarize(run: LevelRun) -> LevelSummary:
+def summarize_level(run: LevelRun) -> LevelSummary:
     ms = [r.measurement for r in run.records]
     ok = [m for m in ms if m.ok]
     tokens = sum(m.output_tokens for m in ok)
@@ -253,7 +253,7 @@ def write_csv(records: Sequence[SweepSample], path: Path) -> None:
 
 
 def write_json(runs: Sequence[LevelRun], slo: Slo | None, meta: dict[str, Any], path: Path) -> None:
-    summaries = [summarize(run) for run in runs]
+    summaries = [summarize_level(run) for run in runs]
     document = {
         "meta": meta,
         "slo": None if slo is None else asdict(slo),

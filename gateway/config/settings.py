@@ -16,9 +16,10 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AliasChoices, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.config.strict_model import StrictModel
 from policies.admission import AdmissionParams
 from policies.base import SloTarget
 from policies.registry import PolicyParams
@@ -41,11 +42,7 @@ class ConfigError(ValueError):
     """The config file is missing, unparsable or invalid; the message names the key."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Price(_Strict):
+class Price(StrictModel):
     input_per_1m: float = Field(0.0, ge=0)
     output_per_1m: float = Field(0.0, ge=0)
     cached_input_per_1m: float | None = Field(
@@ -61,7 +58,7 @@ class Price(_Strict):
         return self.input_per_1m if self.cached_input_per_1m is None else self.cached_input_per_1m
 
 
-class EndpointConfig(_Strict):
+class EndpointConfig(StrictModel):
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     kind: Literal["vllm", "openai"]
     base_url: str = Field(description="OpenAI base URL, including /v1")
@@ -136,7 +133,7 @@ class EndpointConfig(_Strict):
         return {"authorization": f"Bearer {key}"}
 
 
-class EndpointGroupConfig(_Strict):
+class EndpointGroupConfig(StrictModel):
     """Endpoints discovered by DNS (gateway/watch/discovery.py): every address the name resolves
     to is a member, `member` its shared fields (an endpoint's, less id and URLs)."""
 
@@ -169,13 +166,13 @@ class EndpointGroupConfig(_Strict):
         return EndpointConfig.model_validate(self.member | {"id": member_id, "base_url": url})
 
 
-class TenantLimits(_Strict):
+class TenantLimits(StrictModel):
     requests_per_min: int | None = Field(None, ge=1)
     tokens_per_min: int | None = Field(None, ge=1)
     max_concurrent: int | None = Field(None, ge=1)
 
 
-class TenantBudget(_Strict):
+class TenantBudget(StrictModel):
     """Spend limits per UTC day and month, in USD at the endpoints' prices (docs/operations.md)."""
 
     usd_per_day: float | None = Field(None, gt=0)
@@ -185,7 +182,7 @@ class TenantBudget(_Strict):
     )
 
 
-class TenantFairness(_Strict):
+class TenantFairness(StrictModel):
     """The tenant's share inside a class when it must queue (policies/fair_share.py)."""
 
     weight: float = Field(1.0, gt=0, description="served tokens count divided by this")
@@ -194,9 +191,9 @@ class TenantFairness(_Strict):
     sub_ids: bool = False
 
 
-class TenantSpec(_Strict):
+class TenantSpec(StrictModel):
     """What a tenant may do, wherever it is declared: the config file (`TenantConfig`, with its
-    keys) or the admin API (gateway/config/control.py, its keys issued apart)."""
+    keys) or the admin API (gateway/config/api_records.py, its keys issued apart)."""
 
     allowed_classes: list[str] = Field(min_length=1)
     default_class: str
@@ -238,7 +235,7 @@ class TenantConfig(TenantSpec):
         return hashes
 
 
-class SloClassConfig(_Strict):
+class SloClassConfig(StrictModel):
     ttft_ms: float | None = Field(None, gt=0)
     tpot_ms: float | None = Field(None, gt=0)
     deadline_ms: float | None = Field(None, gt=0)
@@ -268,7 +265,7 @@ class SloClassConfig(_Strict):
         )
 
 
-class ServerConfig(_Strict):
+class ServerConfig(StrictModel):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     connect_timeout_s: float = Field(2.0, gt=0)
     first_byte_timeout_s: float = Field(30.0, gt=0)
@@ -292,7 +289,7 @@ class ServerConfig(_Strict):
     metrics_token_env: str | None = None
 
 
-class StateConfig(_Strict):
+class StateConfig(StrictModel):
     """Shared state, engine scraping and health: how fresh each signal is kept."""
 
     window_s: float = Field(60.0, gt=0, description="rolling estimate window")
@@ -313,7 +310,7 @@ class StateConfig(_Strict):
     )
 
 
-class GatewayConfig(_Strict):
+class GatewayConfig(StrictModel):
     endpoints: list[EndpointConfig] = Field(default_factory=list)
     endpoint_groups: list[EndpointGroupConfig] = Field(default_factory=list)
     tenants: dict[str, TenantConfig] = Field(min_length=1)

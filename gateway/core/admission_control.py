@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from gateway.config.settings import Price, TenantBudget, TenantLimits
-from gateway.core import usage
-from gateway.core.fair_share import FairShare, fairness_key
+from gateway.core import accounting
+from gateway.core.fair_charges import FairShare, fairness_key
 from gateway.errors import Rejected
 from gateway.state.background import Spawn
 from gateway.state.store import (
@@ -94,7 +94,7 @@ class TenantTicket(NamedTuple):
     reject: Reject | None = None
     slot: int | None = None
     reserved: int = 0
-    headers: usage.Headers = ()
+    headers: accounting.Headers = ()
     charged: int = 0
     held_pusd: int = 0
 
@@ -115,13 +115,13 @@ class AdmissionControl(Generic[W]):
         lease_ttl_s: float,
         budgets: Mapping[str, TenantBudget | None] | None = None,
         write: Spawn | None = None,
-        batch: usage.UsageBatch | None = None,
+        batch: accounting.UsageBatch | None = None,
         fair: FairShare | None = None,
     ) -> None:
         """`write`: how settlements are sent (default `spawn`; the caller's own call when the
         store only queues them). `batch`: where usage with nothing exact to settle waits for
         `flush_usage` (None: every request settles at once). `fair`: the fairness counters
-        (gateway/core/fair_share.py), charged on admission, synced by the caller."""
+        (gateway/core/fair_charges.py), charged on admission, synced by the caller."""
         self.params = params
         self.limits = limits
         self.budgets = budgets or {}
@@ -318,7 +318,7 @@ class AdmissionControl(Generic[W]):
             or not (limits.requests_per_min or limits.tokens_per_min or limits.max_concurrent)
         ):
             return ADMITTED
-        budget = usage.budget_quota(budget_config)
+        budget = accounting.budget_quota(budget_config)
         quota = _quota(limits)
         output = self.expected_output(route)
         # Capped at the limit: a request bigger than the whole window (max_tokens 1000 under a
@@ -326,12 +326,12 @@ class AdmissionControl(Generic[W]):
         reserved = route.prompt_tokens + output
         if quota.tokens is not None:
             reserved = min(reserved, quota.tokens)
-        hold = usage.predicted_hold_pusd(prices, budget, route.prompt_tokens, output)
+        hold = accounting.predicted_hold_pusd(prices, budget, route.prompt_tokens, output)
         charge = TenantCharge(
             route.tenant, route.request_id, reserved, quota, self.lease_ttl_s, now, budget, hold
         )
         admission = await self.store.admit_tenant(charge)
-        headers = usage.limit_headers(quota, admission, now)
+        headers = accounting.limit_headers(quota, admission, now)
         if admission.verdict == "admitted":
             if quota.tokens is None:
                 return TenantTicket(None, None, 0, headers, held_pusd=hold)
@@ -365,7 +365,7 @@ class AdmissionControl(Generic[W]):
     ) -> None:
         """The finished request's real usage, in one background write: what is left of the
         reservation given back to its slot, the tokens not charged yet to the current slot,
-        the spend, the budget hold released, the usage buckets (gateway/core/usage.py).
+        the spend, the budget hold released, the usage buckets (gateway/core/accounting.py).
         Without a slot or a budget nothing is exact: the usage joins the batch, if there is
         one, and a request that used nothing settles nothing."""
         budget = self.budgets.get(route.tenant)
@@ -385,7 +385,7 @@ class AdmissionControl(Generic[W]):
             used - ticket.charged if counted else 0,
             TENANT_WINDOW_S,
             line,
-            usage.budget_quota(budget),
+            accounting.budget_quota(budget),
             route.request_id if ticket.held_pusd else None,
             ticket.held_pusd,
         )
@@ -426,9 +426,9 @@ def _retry_after_s(
     UTC day or month)."""
     if admission.verdict == "budget" and budget is not None:
         # no window spent: refused for what requests in flight hold, back when they settle
-        return usage.budget_retry_after_s(budget, admission, now) or TENANT_RETRY_AFTER_S
+        return accounting.budget_retry_after_s(budget, admission, now) or TENANT_RETRY_AFTER_S
     oldest = {"requests": admission.requests_oldest, "tokens": admission.tokens_oldest}
     if admission.verdict in oldest:
-        reset = usage.reset_s(oldest[admission.verdict], quota.window_s, now)
+        reset = accounting.reset_s(oldest[admission.verdict], quota.window_s, now)
         return reset if reset > 0 else TENANT_RETRY_AFTER_S
     return TENANT_RETRY_AFTER_S

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gateway.config.settings import Price
+from gateway.core.accounting import cost_usd
 from gateway.core.outcomes import covered
-from gateway.core.usage import cost_usd
 from gateway.offline.records import LoadRecord
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from gateway.config.settings import SloClassConfig
 from gateway.offline.prefix_scenarios import PrefixScenario, Sessions
-from gateway.offline.scenario import EngineSpec, TenantSpec, Traffic
+from gateway.offline.scenario import EngineSpec, ScenarioTenant, Traffic
 from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.engine import EngineServerParams
 
@@ -64,7 +64,7 @@ def noisy_neighbour() -> PrefixScenario:
         duration_s=END_S,
         drain_s=30,
         classes=_CLASSES,
-        tenants={t: TenantSpec(allowed_classes=["chat"]) for t in (QUIET, NOISY)},
+        tenants={t: ScenarioTenant(allowed_classes=["chat"]) for t in (QUIET, NOISY)},
         traffic=[burst],
         engines=engines,
         sessions=[_sessions(QUIET), _sessions(NOISY)],

@@ -36,7 +36,7 @@ from gateway.config.settings import GatewayConfig, parse_config
 from gateway.core.admission_control import AdmissionControl
 from gateway.core.candidates import candidate_snapshots, only_candidates
 from gateway.core.failover import answered_with_error
-from gateway.core.fair_share import FairShare, weights
+from gateway.core.fair_charges import FairShare, weights
 from gateway.core.outcomes import Outcomes
 from gateway.core.prefix_chain import PrefixChain, chain_of
 from gateway.core.prefix_index import PrefixIndex

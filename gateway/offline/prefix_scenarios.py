@@ -27,23 +27,23 @@ from typing import Any
 from pydantic import Field
 
 from gateway.config.settings import SloClassConfig
+from gateway.config.strict_model import StrictModel
 from gateway.offline.scenario import (
     EngineSpec,
     ProviderSpec,
     Scenario,
-    TenantSpec,
+    ScenarioTenant,
     Traffic,
-    _Strict,
 )
 from gateway.offline.trace import PlannedRequest, PromptedRequest
 from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.engine import EngineServerParams
 from gateway.sim.fleet import MemberPrice
 from gateway.sim.provider import ProviderParams
-from gateway.sim.wire import estimate_prompt_tokens, output_text, prompt_text
+from gateway.sim.wire import engine_prompt_tokens, output_text, prompt_text
 
 
-class Sessions(_Strict):
+class Sessions(StrictModel):
     tenant: str
     slo_class: str
     sessions: int = Field(ge=1)
@@ -95,7 +95,7 @@ def session_turns(
             tokens = output.draw(rng)
             if at_s < duration_s:
                 body = {"model": model, "messages": list(messages)}
-                prompt = estimate_prompt_tokens(body, "chat")
+                prompt = engine_prompt_tokens(body, "chat")
                 text = prompt_text(body, "chat")
                 where = (f"{label}{number}", turn, spec.think_s)
                 turns.append(
@@ -144,8 +144,8 @@ def _batch(rate: float, end_s: float) -> Traffic:
 def _sessions_scenario(**fields: Any) -> PrefixScenario:
     """A 30 s scenario of chat sessions (tenant `app`) beside batch jobs (tenant `jobs`)."""
     tenants = {
-        "app": TenantSpec(allowed_classes=["chat"]),
-        "jobs": TenantSpec(allowed_classes=["batch"]),
+        "app": ScenarioTenant(allowed_classes=["chat"]),
+        "jobs": ScenarioTenant(allowed_classes=["batch"]),
     }
     return PrefixScenario(duration_s=30, classes=_CLASSES, tenants=tenants, **fields)
 

@@ -13,7 +13,13 @@ long the gateway kept trusting stale statistics.
 from __future__ import annotations
 
 from gateway.offline.scenario import EngineSpec, FaultEvent, Scenario, Traffic
-from gateway.offline.scenario_kit import CHAT_OUTPUT, CHAT_PROMPT, CLASSES, provider, tenants
+from gateway.offline.scenario_kit import (
+    CHAT_OUTPUT,
+    CHAT_PROMPT,
+    CLASSES,
+    provider,
+    scenario_tenants,
+)
 from gateway.offline.workload import RateShape
 from gateway.sim.engine import EngineServerParams
 from gateway.sim.fleet import MemberPrice
@@ -59,7 +65,7 @@ def reaction() -> Scenario:
         ),
         duration_s=END_S,
         classes=CLASSES,
-        tenants=tenants(app=["interactive"]),
+        tenants=scenario_tenants(app=["interactive"]),
         traffic=[traffic],
         engines=[
             _engine(SLOWED, 0.03, 16, **_FAST),

@@ -13,7 +13,7 @@ Per group (all requests; each class; each tenant; each class × tenant)
     goodput_rps     requests meeting their SLO per second of the run (arrival span)
     goodput_share   the group's share of all requests meeting their SLO (tenant fairness)
     cost            Σ over successful requests of tokens × the serving endpoint's prices, cached
-                    prompt tokens at its cached rate (gateway/core/usage.py, as live billing)
+                    prompt tokens at its cached rate (gateway/core/accounting.py, as live billing)
 Per endpoint (gateway/offline/endpoint_split.py)
     split           requests served and their cost, per endpoint that answered
     coverage        per class and per endpoint × class: the share of served requests whose
@@ -43,7 +43,7 @@ from gateway.offline.scenario import Check, Scenario
 ALL = "all"
 
 
-def meets_slo(record: LoadRecord, target: SloClassConfig) -> bool:
+def record_meets_slo(record: LoadRecord, target: SloClassConfig) -> bool:
     """The live judgement (gateway/core/slo.py) applied to one record."""
     return slo.meets_slo(
         target.target(record.slo_class),
@@ -141,7 +141,7 @@ class RunFacts:
 
 
 def summarize(scenario: Scenario, records: Sequence[LoadRecord], facts: RunFacts) -> Summary:
-    good = {r.request_id for r in records if meets_slo(r, scenario.classes[r.slo_class])}
+    good = {r.request_id for r in records if record_meets_slo(r, scenario.classes[r.slo_class])}
     total_good = len(good)
     prices = scenario.prices()
     groups = {

@@ -22,7 +22,7 @@ from gateway.offline import render
 from gateway.offline import report_charts as charts
 from gateway.offline.records import LoadRecord, write_records
 from gateway.offline.report import RunFacts, Summary, summarize
-from gateway.offline.scenario import Scenario, TenantSpec
+from gateway.offline.scenario import Scenario, ScenarioTenant
 from gateway.offline.simulator import SimResult, Simulator
 from gateway.offline.trace import PlannedRequest
 from policies.registry import POLICIES, PolicyParams
@@ -96,7 +96,7 @@ def for_trace(scenario: Scenario, plan: Sequence[PlannedRequest]) -> Scenario:
         )
     tenants = dict(scenario.tenants)
     for name in sorted({r.tenant for r in plan} - set(tenants)):
-        tenants[name] = TenantSpec(allowed_classes=list(scenario.classes))
+        tenants[name] = ScenarioTenant(allowed_classes=list(scenario.classes))
     last_s = max((r.arrival_s for r in plan), default=0.0)
     update: dict[str, Any] = {"tenants": tenants, "duration_s": last_s + 1.0, "faults": []}
     if last_s >= LONG_TRACE_S:

@@ -15,9 +15,10 @@ import random
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from gateway.config.settings import SloClassConfig, TenantLimits
+from gateway.config.strict_model import StrictModel
 from gateway.offline.trace import PlannedRequest
 from gateway.offline.trace_replay import TraceSpec
 from gateway.offline.workload import LengthSpec, RateShape
@@ -29,28 +30,24 @@ from policies.admission import AdmissionParams
 KEY_ENV_PREFIX = "SLO_LOADTEST_KEY_"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class EngineSpec(_Strict):
+class EngineSpec(StrictModel):
     id: str
     params: EngineServerParams = EngineServerParams()
     price: MemberPrice = MemberPrice()
 
 
-class ProviderSpec(_Strict):
+class ProviderSpec(StrictModel):
     id: str
     params: ProviderParams = ProviderParams()
     price: MemberPrice = MemberPrice()
 
 
-class TenantSpec(_Strict):
+class ScenarioTenant(StrictModel):
     allowed_classes: list[str] = Field(min_length=1)
     limits: TenantLimits = TenantLimits()
 
 
-class Traffic(_Strict):
+class Traffic(StrictModel):
     """One stream of requests from one tenant in one SLO class."""
 
     tenant: str
@@ -61,7 +58,7 @@ class Traffic(_Strict):
     output: LengthSpec = LengthSpec()
 
 
-class FaultEvent(_Strict):
+class FaultEvent(StrictModel):
     """At `at_s`, merge `patch` into a fleet member's faults (`POST /sim/faults`)."""
 
     at_s: float = Field(ge=0)
@@ -69,7 +66,7 @@ class FaultEvent(_Strict):
     patch: dict[str, Any]
 
 
-class Check(_Strict):
+class Check(StrictModel):
     metric: str
     op: Literal["<=", ">="]
     value: float
@@ -86,7 +83,7 @@ class Check(_Strict):
         return observed <= self.value if self.op == "<=" else observed >= self.value
 
 
-class Scenario(_Strict):
+class Scenario(StrictModel):
     name: str
     description: str
     duration_s: float = Field(gt=0, description="the last arrival comes before this")
@@ -96,7 +93,7 @@ class Scenario(_Strict):
     engines: list[EngineSpec] = Field(default_factory=list)
     providers: list[ProviderSpec] = Field(default_factory=list)
     classes: dict[str, SloClassConfig]
-    tenants: dict[str, TenantSpec]
+    tenants: dict[str, ScenarioTenant]
     traffic: list[Traffic] = Field(default_factory=list)
     trace: TraceSpec | None = Field(default=None, description="replay a trace instead")
     faults: list[FaultEvent] = Field(default_factory=list)

@@ -5,7 +5,7 @@ are declared."""
 from __future__ import annotations
 
 from gateway.config.settings import SloClassConfig
-from gateway.offline.scenario import ProviderSpec, TenantSpec
+from gateway.offline.scenario import ProviderSpec, ScenarioTenant
 from gateway.offline.workload import LengthSpec
 from gateway.sim.fleet import MemberPrice
 from gateway.sim.provider import ProviderParams
@@ -35,5 +35,5 @@ def provider(
     )
 
 
-def tenants(**allowed: list[str]) -> dict[str, TenantSpec]:
-    return {name: TenantSpec(allowed_classes=classes) for name, classes in allowed.items()}
+def scenario_tenants(**allowed: list[str]) -> dict[str, ScenarioTenant]:
+    return {name: ScenarioTenant(allowed_classes=classes) for name, classes in allowed.items()}

@@ -42,7 +42,7 @@ from gateway.offline.scenario import (
     EngineSpec,
     FaultEvent,
     Scenario,
-    TenantSpec,
+    ScenarioTenant,
     Traffic,
 )
 from gateway.offline.scenario_kit import (
@@ -54,7 +54,7 @@ from gateway.offline.scenario_kit import (
     provider as _provider,
 )
 from gateway.offline.scenario_kit import (
-    tenants as _tenants,
+    scenario_tenants as _tenants,
 )
 from gateway.offline.workload import LengthSpec, RateShape
 from gateway.sim.engine import EngineServerParams
@@ -178,7 +178,9 @@ def batch_flood() -> Scenario:
 
 
 def multi_tenant() -> Scenario:
-    greedy = TenantSpec(allowed_classes=["interactive"], limits=TenantLimits(requests_per_min=20))
+    greedy = ScenarioTenant(
+        allowed_classes=["interactive"], limits=TenantLimits(requests_per_min=20)
+    )
     tenants = _tenants(gold=["interactive"], silver=["interactive"], bronze=["interactive"]) | {
         "greedy": greedy
     }

@@ -32,7 +32,7 @@ from gateway.offline.trace import (
     TraceRow,
     read_rows,
 )
-from gateway.sim.wire import estimate_prompt_tokens, prompt_text
+from gateway.sim.wire import engine_prompt_tokens, prompt_text
 
 _WORDS = [f"{a}{b}{c} " for a in "bdfgklmnprst" for b in "aeiou" for c in "nrstlm"]
 
@@ -115,7 +115,7 @@ class TraceSpec(BaseModel):
         body = {"model": model, "messages": [{"role": "user", "content": content}]}
         return PromptedRequest(
             arrival_s,
-            estimate_prompt_tokens(body, "chat"),
+            engine_prompt_tokens(body, "chat"),
             output_tokens,
             row.tenant,
             slo_class,

@@ -27,7 +27,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from gateway.config.strict_model import StrictModel
 
 ProfileName = Literal["code", "conversation", "rag"]
 _QUANTILES = (0.0, 0.01, 0.10, 0.25, 0.50, 0.75, 0.90, 0.95, 0.99, 1.0)
@@ -49,11 +51,7 @@ PROFILES: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class LengthSpec(_Strict):
+class LengthSpec(StrictModel):
     """Token counts drawn from one side (prompt or output) of a trace profile."""
 
     profile: ProfileName = "conversation"
@@ -82,7 +80,7 @@ class LengthSampler:
         return min(self.max_tokens, max(self.min_tokens, round(tokens)))
 
 
-class RateShape(_Strict):
+class RateShape(StrictModel):
     """Requests/s through `points` [(t_s, rate)], linear between them, zero outside."""
 
     points: list[tuple[float, float]] = Field(min_length=2)

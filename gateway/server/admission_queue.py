@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from gateway.config.settings import Price, TenantBudget, TenantLimits
+from gateway.core.accounting import UsageBatch
 from gateway.core.admission_control import (
     CHARGE_EVERY_S,
     DISPATCH_TICK_S,
@@ -21,8 +22,7 @@ from gateway.core.admission_control import (
     TenantTicket,
     rejection,
 )
-from gateway.core.fair_share import FairShare
-from gateway.core.usage import UsageBatch
+from gateway.core.fair_charges import FairShare
 from gateway.errors import Rejected
 from gateway.state.background import Background, run_now
 from gateway.state.memory_store import MemoryStatsStore
@@ -294,7 +294,7 @@ def _budgeted(budgets: Mapping[str, TenantBudget | None] | None) -> frozenset[st
 
 
 def usage_line(route: RouteRequest, record: RequestRecord) -> UsageLine | None:
-    """What the request used (None when no upstream answered): see gateway/core/usage.py."""
+    """What the request used (None when no upstream answered): see gateway/core/accounting.py."""
     result = record.result
     if result is None or record.endpoint_id is None:
         return None

@@ -1,6 +1,6 @@
 """API keys -> tenants. Keys are compared as SHA-256 digests, never stored or logged in clear.
 
-Tenants and keys come from the config file and from the admin API (gateway/config/control.py).
+Tenants and keys come from the config file and from the admin API (gateway/config/api_records.py).
 A tenant named in both is the config's: the file is the source of truth for what it declares,
 and the API's record of that name is ignored. Keys from the API may belong to either kind of
 tenant; a key whose tenant is gone authenticates as no key.
@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gateway.config.control import KeyRecord
+from gateway.config.api_records import KeyRecord
 from gateway.config.settings import GatewayConfig, SloClassConfig, TenantSpec, hash_key
 from gateway.core.engine_hints import EngineHints, hints_for
 from gateway.errors import AuthenticationFailed, InvalidRequest, PermissionDenied

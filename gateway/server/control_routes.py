@@ -28,7 +28,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
-from gateway.config.control import (
+from gateway.config.api_records import (
     KeyCreate,
     KeyRecord,
     KeyRules,
@@ -38,7 +38,7 @@ from gateway.config.control import (
     new_secret,
 )
 from gateway.config.settings import TenantSpec, hash_key
-from gateway.core.usage import usd
+from gateway.core.accounting import usd
 from gateway.errors import Conflict, InvalidRequest, RecordNotFound, Rejected, StoreUnavailable
 from gateway.server import openapi
 from gateway.server.intake import read_body

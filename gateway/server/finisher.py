@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from gateway.core.accounting import cost_pusd, usd
 from gateway.core.outcomes import Outcomes, covered
 from gateway.core.progress import StreamProgress
-from gateway.core.usage import cost_pusd, usd
 from gateway.errors import AttemptFailed
 from gateway.state.background import Background, run_now
 from gateway.state.leases import LeaseBook

@@ -34,7 +34,7 @@ Handler = Callable[[Request, Send], Awaitable[None]]
 
 
 @dataclass(slots=True)
-class Fields:
+class RouteFields:
     model: str
     stream: bool
     max_tokens: int | None
@@ -92,13 +92,13 @@ async def render_error(request: Request, exc: GatewayError) -> JSONResponse:
 POSTS: dict[str, Handler] = dict.fromkeys(PATHS, handle)
 
 
-def route_fields(body: dict[str, Any], kind: Kind) -> Fields:
+def route_fields(body: dict[str, Any], kind: Kind) -> RouteFields:
     model = model_of(body)
     stream = stream_flag(body)
     _required_input(body, kind)
     if kind == "embeddings":  # no output: judged and predicted by its TTFT alone
-        return Fields(model, False, 0)
-    return Fields(model, stream, _max_tokens(body))
+        return RouteFields(model, False, 0)
+    return RouteFields(model, stream, _max_tokens(body))
 
 
 def _required_input(body: dict[str, Any], kind: Kind) -> None:

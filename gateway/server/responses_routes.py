@@ -39,7 +39,7 @@ documented = APIRouter()
 
 
 @dataclass(slots=True)
-class Fields:
+class ResponseFields:
     model: str
     stream: bool
     max_output_tokens: int | None
@@ -91,7 +91,7 @@ async def handle(request: Request, send: Send) -> None:
 POSTS = {"/v1/responses": handle}
 
 
-def response_fields(body: dict[str, Any]) -> Fields:
+def response_fields(body: dict[str, Any]) -> ResponseFields:
     model = model_of(body)
     if not isinstance(body.get("input"), str | list):
         raise invalid("'input' must be a string or an array of input items.", "input")
@@ -111,7 +111,7 @@ def response_fields(body: dict[str, Any]) -> Fields:
             "it (stream it to follow it as it runs).",
             "background",
         )
-    return Fields(
+    return ResponseFields(
         model,
         stream_flag(body),
         positive_int(body, "max_output_tokens"),
@@ -120,7 +120,7 @@ def response_fields(body: dict[str, Any]) -> Fields:
     )
 
 
-async def _parent(runtime: Runtime, fields: Fields, tenant: str) -> Owner:
+async def _parent(runtime: Runtime, fields: ResponseFields, tenant: str) -> Owner:
     """The owner of the response a turn continues; a 404 when there is none to go to."""
     assert fields.previous_response_id is not None
     owner, endpoint = await _owner(

@@ -8,9 +8,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.config.control import ApiRecords, parse_records
+from gateway.config.api_records import ApiRecords, parse_records
 from gateway.config.settings import GatewayConfig, Settings, TenantBudget, TenantLimits
-from gateway.core.fair_share import weights
+from gateway.core.fair_charges import weights
 from gateway.server.admission_queue import Admission
 from gateway.server.auth import KeyRing, warn_unset_keys
 from gateway.server.finisher import Finisher
@@ -19,7 +19,7 @@ from gateway.server.router import Router
 from gateway.state import keys
 from gateway.state.background import Background
 from gateway.state.breaker import BreakerPolicy
-from gateway.state.control import ControlRecords, ControlStore, control_store_for, follow
+from gateway.state.control import ControlRecords, ControlStore, control_store_for, follow_records
 from gateway.state.leases import LeaseBook
 from gateway.state.memory_store import MemoryStatsStore
 from gateway.state.redis_connect import connect
@@ -174,7 +174,7 @@ class Runtime:
             self.admission.sync_fair_share(),
             self.router.finisher.leases.run(),
             self.metrics.usage.run(),
-            follow(self.control, self.apply_records),
+            follow_records(self.control, self.apply_records),
         ]
         if isinstance(self.store, ResilientStore):
             jobs.append(self.store.watch())
@@ -198,7 +198,7 @@ class Runtime:
         self.router.redactor = redactor_for(self.config)
 
     def apply_records(self, records: ControlRecords) -> None:
-        """Swap in the admin API's tenants and keys (read by `follow`, or after a change)."""
+        """Swap in the admin API's tenants and keys (from `follow_records`, or after a change)."""
         self.api = parse_records(records.version, records.keys, records.tenants)
         self._grant()
 

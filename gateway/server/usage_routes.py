@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from gateway.core.usage import usd
+from gateway.core.accounting import usd
 from gateway.errors import InvalidRequest
 from gateway.server.runtime import Runtime
 from gateway.state.usage import HOUR_S, METRICS, UsageRow

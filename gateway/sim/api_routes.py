@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from gateway.sim.frontend import Frontend, Writer, error_response
-from gateway.sim.messages_wire import anthropic_error, parse_message_request, prompt_tokens
+from gateway.sim.messages_wire import anthropic_error, messages_prompt_tokens, parse_message_request
 from gateway.sim.responses_wire import (
     ResponseStore,
     UnknownResponse,
@@ -111,7 +111,7 @@ class ApiRoutes:
             body = await request.json()
             if not isinstance(body, dict):
                 raise InvalidBody("the request body must be a JSON object")
-            return JSONResponse({"input_tokens": prompt_tokens(body)})
+            return JSONResponse({"input_tokens": messages_prompt_tokens(body)})
         except (ValueError, InvalidBody) as exc:
             return anthropic_error(error_response(400, str(exc), "invalid_request_error"))
 

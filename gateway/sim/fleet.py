@@ -24,19 +24,16 @@ from typing import Any
 
 import uvicorn
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from starlette.types import ASGIApp
 
 from gateway.config.settings import Price
+from gateway.config.strict_model import StrictModel
 from gateway.sim.engine import EngineServerParams, create_engine_app
 from gateway.sim.log_tag import serving_as, tag_uvicorn_logs
 from gateway.sim.provider import ProviderParams, create_provider_app
 
 _STARTUP_POLL_S = 0.01
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 # The gateway's own price model (input, output and cached-input rates per 1M tokens): the
@@ -45,14 +42,14 @@ class _Strict(BaseModel):
 MemberPrice = Price
 
 
-class EngineMember(_Strict):
+class EngineMember(StrictModel):
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     port: int = Field(ge=1, le=65535)
     params: EngineServerParams = EngineServerParams()
     price: MemberPrice = MemberPrice()
 
 
-class ProviderMember(_Strict):
+class ProviderMember(StrictModel):
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     port: int = Field(ge=1, le=65535)
     params: ProviderParams = ProviderParams()
@@ -60,7 +57,7 @@ class ProviderMember(_Strict):
     api_key_env: str | None = None  # the env var a gateway reads this provider's key from
 
 
-class FleetConfig(_Strict):
+class FleetConfig(StrictModel):
     public_model: str = "llama-3-8b"
     engines: list[EngineMember] = Field(default_factory=list)
     providers: list[ProviderMember] = Field(default_factory=list)

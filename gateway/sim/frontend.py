@@ -98,9 +98,9 @@ class SimStats:
     # the scheduling fields of the last request, as they arrived (absent: not sent)
     last_hints: dict[str, Any] = field(default_factory=dict)
 
-    def begin(self) -> Flight:
+    def begin(self) -> CountedRequest:
         self.in_progress += 1
-        return Flight(self)
+        return CountedRequest(self)
 
     def count(self, outcome: Outcome) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
@@ -120,8 +120,9 @@ class SimStats:
 
 
 @dataclass(slots=True)
-class Flight:
-    """One admitted request; `close` ends it exactly once with its outcome."""
+class CountedRequest:
+    """One admitted request as `SimStats` counts it; `close` ends it exactly once with its
+    outcome."""
 
     stats: SimStats
     outcome: Outcome = "cancelled"
@@ -350,7 +351,7 @@ class Frontend:
         parsed: CompletionRequest,
         writer: Writer,
         drop_after: int | None,
-        flight: Flight,
+        flight: CountedRequest,
     ) -> AsyncGenerator[bytes, None]:
         opening = writer.start()
         if opening:

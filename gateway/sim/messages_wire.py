@@ -26,7 +26,7 @@ from gateway.sim.wire import (
 from gateway.sim.wire_text import event_frame, text_tokens
 
 
-def prompt_tokens(body: dict[str, Any]) -> int:
+def messages_prompt_tokens(body: dict[str, Any]) -> int:
     """chars/4 of the system prompt and the messages' text, plus 4 per message."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -55,7 +55,7 @@ def parse_message_request(body: Any) -> tuple[CompletionRequest, MessagesWriter]
         model=model,
         stream=bool(body.get("stream", False)),
         include_usage=True,
-        prompt_tokens=prompt_tokens(body),
+        prompt_tokens=messages_prompt_tokens(body),
         max_tokens=max_tokens,
         max_tokens_given=True,
         prompt_text=_rendered(body),

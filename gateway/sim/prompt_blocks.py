@@ -1,6 +1,6 @@
 """Block hashes of a request's text, as the simulated engine's prefix cache keys its blocks.
 
-Method: the sim counts 4 characters as a token (`wire.estimate_prompt_tokens`), so a block of
+Method: the sim counts 4 characters as a token (`wire.engine_prompt_tokens`), so a block of
 `block_size` tokens is `4 * block_size` characters of the rendered prompt (`wire.prompt_text`).
 Only full blocks get a hash, and hashes are chained like vLLM's: block i's hash is
 blake2b-64(hash of block i-1 + its characters), block 0's parent is a root derived from the

@@ -109,7 +109,7 @@ def parse_completion(body: Any, kind: Kind, *, default_max_tokens: int) -> Compl
         model=model,
         stream=bool(body.get("stream", False)),
         include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
-        prompt_tokens=estimate_prompt_tokens(body, kind),
+        prompt_tokens=engine_prompt_tokens(body, kind),
         max_tokens=max_tokens or default_max_tokens,
         max_tokens_given=max_tokens is not None,
         prompt_text=prompt_text(body, kind),
@@ -118,7 +118,7 @@ def parse_completion(body: Any, kind: Kind, *, default_max_tokens: int) -> Compl
     )
 
 
-def estimate_prompt_tokens(body: dict[str, Any], kind: Kind) -> int:
+def engine_prompt_tokens(body: dict[str, Any], kind: Kind) -> int:
     """chars/4, plus 4 per chat message for the template; token-id prompts count exactly."""
     if kind == "chat":
         messages = body.get("messages")

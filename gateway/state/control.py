@@ -1,6 +1,6 @@
 """The control records the admin API makes (API keys and tenants), shared by every replica.
 
-A record is an opaque JSON string here (gateway/config/control.py gives it its schema). A
+A record is an opaque JSON string here (gateway/config/api_records.py gives it its schema). A
 version counter, bumped by every change, lets each replica poll one cheap read and reload the
 records only when something changed (gateway/server/control_plane.py).
 
@@ -144,7 +144,7 @@ def control_store_for(store: StatsStore) -> ControlStore:
     return MemoryControlStore()
 
 
-async def follow(
+async def follow_records(
     store: ControlStore, apply: Callable[[ControlRecords], None], poll_s: float = POLL_S
 ) -> None:
     """Owned by the app lifespan: read the version every `poll_s`, and `apply` the records

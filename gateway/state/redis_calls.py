@@ -22,7 +22,7 @@ def text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def number(value: bytes | str | None) -> float:
+def stored_number(value: bytes | str | None) -> float:
     return float(value) if value is not None else 0.0
 
 

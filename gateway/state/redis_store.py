@@ -41,10 +41,10 @@ from gateway.state.redis_calls import (
     hold_member,
     lease_args,
     limit_arg,
-    number,
     settle_call,
     slot_of,
     stats_of,
+    stored_number,
     text,
 )
 from gateway.state.store import (
@@ -311,7 +311,7 @@ class RedisStatsStore:
             keys=[self.keys.health(endpoint_id)],
             args=[now, int(ok), policy.failure_threshold, policy.cooldown_s, self._health_ttl()],
         )
-        fails, open_until, trial_until = (number(v) for v in reply)
+        fails, open_until, trial_until = (stored_number(v) for v in reply)
         return BreakerState(int(fails), open_until, trial_until)
 
     async def claim_trial(self, endpoint_id: str, *, now: float, policy: BreakerPolicy) -> bool:
@@ -327,7 +327,7 @@ class RedisStatsStore:
         reply = await self.evaluate(
             "cool_down", keys=[self.keys.health(endpoint_id)], args=[until_s, keys.ttl_ms(ttl_s)]
         )
-        return number(reply)
+        return stored_number(reply)
 
     async def close(self) -> None:
         if self._owns_client:

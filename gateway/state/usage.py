@@ -50,7 +50,7 @@ NO_BUDGET = BudgetQuota()  # a tenant without one: its spend is kept, nothing is
 
 class UsageLine(NamedTuple):
     """What one request used, under the group it is accounted to (or `requests` of them, added
-    up: gateway/core/usage.py's `UsageBatch`)."""
+    up: gateway/core/accounting.py's `UsageBatch`)."""
 
     slo_class: str
     model: str

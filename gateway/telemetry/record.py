@@ -54,7 +54,7 @@ class RequestRecord:
     result: Finished | None = None
     slo_met: bool | None = None  # the one judgement (gateway/core/slo.py), None when unjudged
     upstream_span: Span | None = None  # the open span of the attempt that answered
-    # Tenant accounting (gateway/core/usage.py): the tokens of the reservation still held and
+    # Tenant accounting (gateway/core/accounting.py): the tokens of the reservation still held and
     # the window slot they were charged to, the tokens charged to the window as they streamed,
     # the cost held against the budget, the x-ratelimit-* headers every answer carries, and
     # the request's cost at the answering endpoint's prices.
@@ -64,7 +64,7 @@ class RequestRecord:
     held_pusd: int = 0
     limit_headers: tuple[tuple[bytes, bytes], ...] = ()
     cost_pusd: int = 0
-    # An API key's (gateway/config/control.py): the name its usage (and its own limits and
+    # An API key's (gateway/config/api_records.py): the name its usage (and its own limits and
     # budget, if any) count under, and its reservation, settled like the tenant's.
     key_subject: str | None = None
     # The models to try, in order, when the requested one cannot serve the request (config

@@ -71,7 +71,7 @@ def emit(record: RequestRecord, *, prompts: bool = False) -> None:
     caller, which no line uses (a third of the cost of logging a request). With only stdout to
     write to (the usual case), not even that: see `_write`."""
     if request_log.isEnabledFor(logging.INFO):
-        text = line(record, prompts=prompts)
+        text = log_line(record, prompts=prompts)
         if request_log.handlers == _ONLY_STDOUT and not request_log.filters:
             _write(text)
         else:
@@ -103,7 +103,7 @@ def _flush() -> None:
     _stdout.flush()
 
 
-def line(record: RequestRecord, *, prompts: bool = False) -> str:
+def log_line(record: RequestRecord, *, prompts: bool = False) -> str:
     fields = _request_fields(record) | _result_fields(record)
     if prompts and record.body is not None:
         fields["prompt"] = next((record.body[k] for k in _PROMPT_FIELDS if k in record.body), None)

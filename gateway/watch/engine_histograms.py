@@ -18,13 +18,13 @@ from typing import NamedTuple
 from gateway.watch.engine_names import Found
 
 
-class Histogram(NamedTuple):
+class EngineHistogram(NamedTuple):
     observed: float  # how many observations (the `_count` series)
     sum_s: float
     buckets: tuple[tuple[float, float], ...]  # (upper bound, cumulative count), by bound
 
 
-def read_histogram(base_names: Sequence[str], found: Found) -> Histogram | None:
+def read_histogram(base_names: Sequence[str], found: Found) -> EngineHistogram | None:
     """The first of `base_names` the page carries, its series summed."""
     for name in base_names:
         counts = found.get(name + "_count")
@@ -36,7 +36,7 @@ def read_histogram(base_names: Sequence[str], found: Found) -> Histogram | None:
             if bound is not None:
                 by_bound[bound] = by_bound.get(bound, 0.0) + value
         total_s = sum(value for _, value in found.get(name + "_sum", ()))
-        return Histogram(sum(v for _, v in counts), total_s, tuple(sorted(by_bound.items())))
+        return EngineHistogram(sum(v for _, v in counts), total_s, tuple(sorted(by_bound.items())))
     return None
 
 
@@ -47,7 +47,9 @@ def _bound(text: str | None) -> float | None:
         return None
 
 
-def recent(now: Histogram | None, before: Histogram | None) -> tuple[float | None, float | None]:
+def recent(
+    now: EngineHistogram | None, before: EngineHistogram | None
+) -> tuple[float | None, float | None]:
     """(mean, p95) of the observations between `before` and `now`; None when unknown."""
     if now is None or before is None:
         return None, None
@@ -57,12 +59,12 @@ def recent(now: Histogram | None, before: Histogram | None) -> tuple[float | Non
     return (now.sum_s - before.sum_s) / added, _p95(now, before, added)
 
 
-def _cumulative_at(histogram: Histogram, bound: float) -> float:
+def _cumulative_at(histogram: EngineHistogram, bound: float) -> float:
     """The count at or below `bound` (by the largest bound not above it)."""
     return max((count for b, count in histogram.buckets if b <= bound), default=0.0)
 
 
-def _p95(now: Histogram, before: Histogram, added: float) -> float | None:
+def _p95(now: EngineHistogram, before: EngineHistogram, added: float) -> float | None:
     rank, lower, below = 0.95 * added, 0.0, 0.0
     for bound, cumulative in now.buckets:
         within = cumulative - _cumulative_at(before, bound)

@@ -24,7 +24,7 @@ import httpx
 
 from gateway.config.settings import EndpointConfig
 from gateway.telemetry.metrics import log
-from gateway.watch.engine_histograms import Histogram, read_histogram, recent
+from gateway.watch.engine_histograms import EngineHistogram, read_histogram, recent
 from gateway.watch.engine_names import BY_ENGINE, ENGINES, Found, ScrapedEngine, first
 from policies.base import EngineSignals
 
@@ -101,7 +101,7 @@ class ScrapedState:
 
 Counters = tuple[float | None, float | None, float | None]  # preemptions, prefix queries, hits
 Rates = Counters  # the same, per second
-Histograms = tuple[Histogram | None, Histogram | None, Histogram | None]
+Histograms = tuple[EngineHistogram | None, EngineHistogram | None, EngineHistogram | None]
 _Values = tuple[float | bool | None, ...]
 _NO_RATES: Rates = (None, None, None)
 _NO_HISTOGRAMS: Histograms = (None, None, None)

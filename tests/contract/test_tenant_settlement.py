@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.config.settings import TenantBudget, TenantLimits
+from gateway.core.accounting import UsageBatch
 from gateway.core.admission_control import ADMITTED, AdmissionControl
-from gateway.core.usage import UsageBatch
 from gateway.state.store import StatsStore, TenantCharge, TenantQuota
 from gateway.state.usage import BudgetQuota, UsageLine, UsageRow, hour_index
 from policies.admission import AdmissionParams, Reason

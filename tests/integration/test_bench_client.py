@@ -14,8 +14,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.bench.sweep import Level, SweepPlan, run_level
-from gateway.bench.sweep_client import Target, endpoint_url, make_client, measure
-from gateway.bench.sweep_report import summarize
+from gateway.bench.sweep_client import Target, endpoint_url, make_client, measure_request
+from gateway.bench.sweep_report import summarize_level
 from tests.fixtures.servers import serve_app
 
 pytestmark = pytest.mark.integration
@@ -62,7 +62,7 @@ def scripted_app(*, usage: bool = True, status: int = 200) -> Starlette:
 async def _measure_once(app: Starlette) -> Any:
     async with serve_app(app) as base_url, make_client(timeout_s=10, max_connections=4) as client:
         target = Target(endpoint_url(base_url, "chat"), "m")
-        return await measure(client, target, "hello there", max_tokens=TOKENS)
+        return await measure_request(client, target, "hello there", max_tokens=TOKENS)
 
 
 async def test_times_first_content_token_not_the_early_role_delta() -> None:
@@ -89,7 +89,7 @@ async def test_http_error_is_recorded_not_raised() -> None:
 async def test_connection_refused_is_recorded_not_raised() -> None:
     async with make_client(timeout_s=2, max_connections=1) as client:
         target = Target("http://127.0.0.1:9/v1/chat/completions", "m")
-        m = await measure(client, target, "hi", max_tokens=2)
+        m = await measure_request(client, target, "hi", max_tokens=2)
     assert not m.ok and m.status is None and m.error
 
 
@@ -99,7 +99,7 @@ async def test_sixteen_concurrent_streams_do_not_inflate_ttft() -> None:
     async with serve_app(scripted_app()) as base_url, client:
         target = Target(endpoint_url(base_url, "chat"), "m")
         run = await run_level(client, target, plan, Level(32, 16))
-    summary = summarize(run)
+    summary = summarize_level(run)
     assert summary.failed == 0 and summary.requests == 16
     assert summary.ttft_s.p50 is not None and summary.ttft_s.p50 < TTFT_S + 0.1
     # one wave of 16 parallel streams: the level takes about one request's time, not 16

@@ -20,8 +20,14 @@ from typer.testing import CliRunner
 from gateway.bench.api_events import Api, api_headers
 from gateway.bench.bench_command import register
 from gateway.bench.sweep import SweepPlan, run_sweep
-from gateway.bench.sweep_client import Target, endpoint_url, make_client, make_prompt, measure
-from gateway.bench.sweep_report import LevelSummary, summarize
+from gateway.bench.sweep_client import (
+    Target,
+    endpoint_url,
+    make_client,
+    make_prompt,
+    measure_request,
+)
+from gateway.bench.sweep_report import LevelSummary, summarize_level
 from gateway.sim.engine import EngineServerParams, create_engine_app
 from gateway.sim.faults import Faults
 from tests.fixtures.servers import UvicornThread, serve_app
@@ -57,7 +63,7 @@ def sweep() -> dict[tuple[int, int], LevelSummary]:
         client = make_client(timeout_s=30, max_connections=4)
         async with serve_app(create_engine_app(PARAMS)) as base_url, client:
             target = Target(endpoint_url(base_url, "chat"), MODEL)
-            return [summarize(r) for r in await run_sweep(client, target, plan)]
+            return [summarize_level(r) for r in await run_sweep(client, target, plan)]
 
     return {(s.prompt_tokens, s.concurrency): s for s in asyncio.run(run())}
 
@@ -148,7 +154,7 @@ async def test_stream_cut_mid_response_is_a_recorded_failure() -> None:
     client = make_client(timeout_s=10, max_connections=1)
     async with serve_app(create_engine_app(params)) as base_url, client:
         target = Target(endpoint_url(base_url, "chat"), MODEL)
-        m = await measure(client, target, make_prompt(32), max_tokens=8)
+        m = await measure_request(client, target, make_prompt(32), max_tokens=8)
     assert not m.ok and m.status == 200
     assert m.error is not None and m.error.startswith("stream broken: ")
 
@@ -158,7 +164,7 @@ async def test_bench_times_responses_and_messages_streams(api: Api) -> None:
     client = make_client(timeout_s=30, max_connections=1)
     async with serve_app(create_engine_app(PARAMS)) as base_url, client:
         target = Target(endpoint_url(base_url, api), MODEL, api, api_headers(api))
-        measured = await measure(client, target, make_prompt(200), 5)
+        measured = await measure_request(client, target, make_prompt(200), 5)
     assert measured.ok and measured.output_tokens == 5 and not measured.tokens_counted
     assert measured.prompt_tokens_reported is not None and measured.prompt_tokens_reported >= 150
     assert measured.ttft_s is not None and measured.ttft_s >= expected_ttft_s(200) * 0.8

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.relay import report
+from benchmarks.relay import figures
 from benchmarks.relay.phases import PHASES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,7 +110,7 @@ def test_added_latency_is_taken_against_direct_in_the_same_repeat() -> None:
         _record("relay", 1, 5.0, 50, 0.5),
         _record("relay", 2, 9.0, 50, 0.5),
     ]  # no direct in repeat 2: left out
-    summary = report.summarise(records, ["direct", "relay"])
+    summary = figures.summarise(records, ["direct", "relay"])
     assert summary["relay"]["added_p50_ms_at_50"] == pytest.approx(1.5)  # median of 1 and 2
 
 
@@ -119,9 +119,9 @@ def test_a_phase_that_lagged_or_lost_requests_is_saturated() -> None:
     lagged = _record("slow", 0, 900.0, 50, 0.5) | {"wall_s": 3.0}
     lost = _record("lossy", 0, 2.0, 40, 0.5) | {"scheduled": 50}
     records = [kept_up, lagged, lost]
-    assert report.saturated(records, "relay") == []
-    assert report.saturated(records, "slow") == ["open50"]
-    assert report.saturated(records, "lossy") == ["open50"]
+    assert figures.saturated(records, "relay") == []
+    assert figures.saturated(records, "slow") == ["open50"]
+    assert figures.saturated(records, "lossy") == ["open50"]
 
 
 @pytest.mark.parametrize("stream", [True, False])

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import redis
 
-from benchmarks.noisy_neighbour import POLICY, Measures, measure, variant
+from benchmarks.noisy_neighbour import POLICY, Measures, measure_tenants, variant
 from gateway.config.settings import Settings
 from gateway.offline.fairness_scenarios import NOISY, QUIET
 from gateway.state.keys import KeySpace
@@ -111,7 +111,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Measures]:
         scenario = variant(name)
         out: Path = tmp_path_factory.mktemp(name)
         run = run_live(scenario, out, LiveOptions(policy=POLICY, seed=1))
-        found[name] = measure(run.records, scenario)
+        found[name] = measure_tenants(run.records, scenario)
     return found
 
 

@@ -16,9 +16,9 @@ from gateway.bench.api_events import PATHS, Api, api_headers
 from gateway.sim.engine import EngineServerParams, create_engine_app
 from gateway.sim.faults import Faults
 from gateway.sim.model import EngineModel
-from gateway.sim.wire import estimate_prompt_tokens
+from gateway.sim.wire import engine_prompt_tokens
 from loadtests.plan import PlannedCall, pools
-from loadtests.stream import lines, measure, read_stream, request_body
+from loadtests.stream import call_body, lines, measure_call, read_stream
 from tests.fixtures.servers import UvicornThread
 
 pytestmark = pytest.mark.integration
@@ -90,7 +90,7 @@ def test_tokens_are_counted_without_usage_and_errors_end_the_stream() -> None:
 
 def test_the_prompt_has_the_planned_length_for_the_simulated_engine() -> None:
     for tokens in (5, 120, 3000):
-        assert estimate_prompt_tokens(request_body(MODEL, call(prompt=tokens)), "chat") == tokens
+        assert engine_prompt_tokens(call_body(MODEL, call(prompt=tokens)), "chat") == tokens
 
 
 def test_pools_cover_the_peak_and_respect_the_user_cap() -> None:
@@ -111,9 +111,9 @@ def test_measures_a_real_stream_against_the_engine_model() -> None:
     with UvicornThread(create_engine_app(params)) as server, requests.Session() as session:
         t0 = time.perf_counter()
         response = session.post(
-            server.base_url + "/v1/chat/completions", json=request_body(MODEL, call()), stream=True
+            server.base_url + "/v1/chat/completions", json=call_body(MODEL, call()), stream=True
         )
-        measured = measure(response, t0)
+        measured = measure_call(response, t0)
     assert measured.completed and measured.status == 200 and measured.reason == ""
     assert measured.output_tokens == 20 and measured.prompt_tokens == 500
     assert measured.ttft_s is not None and measured.tpot_s is not None
@@ -127,11 +127,11 @@ def test_an_error_status_is_measured_with_its_code() -> None:
     with UvicornThread(create_engine_app(params)) as server:
         response = requests.post(
             server.base_url + "/v1/chat/completions",
-            json=request_body(MODEL, call()),
+            json=call_body(MODEL, call()),
             stream=True,
             timeout=10,
         )
-        measured = measure(response, 0.0, clock=lambda: 1.5)
+        measured = measure_call(response, 0.0, clock=lambda: 1.5)
     assert (measured.status, measured.completed, measured.gateway_reason) == (503, False, False)
     assert measured.reason == "server_error" and measured.e2e_s == 1.5
 
@@ -143,11 +143,11 @@ def test_measures_responses_and_messages_streams(api: Api) -> None:
         t0 = time.perf_counter()
         response = session.post(
             server.base_url + "/v1" + PATHS[api],
-            json=request_body(MODEL, call(), api),
+            json=call_body(MODEL, call(), api),
             headers=api_headers(api),
             stream=True,
         )
-        measured = measure(response, t0, api=api)
+        measured = measure_call(response, t0, api=api)
     assert measured.completed and measured.status == 200 and measured.reason == ""
     assert measured.output_tokens == 20 and measured.prompt_tokens >= 400
     assert measured.ttft_s is not None and measured.tpot_s is not None

@@ -1,4 +1,4 @@
-"""The simulator benchmark still runs (`python -m benchmarks.simulator`) and its table adds up.
+"""The simulator benchmark still runs (`python -m benchmarks.simulator_speed`), its table adds up.
 
 Not a timed test: a few hundred requests, and only the output's structure and arithmetic are
 asserted (each total is the plan plus the policy's phases; the baseline's ratio is 1), never a
@@ -19,7 +19,7 @@ ROW = re.compile(r"^(\w+)\s+" + r"\s+".join([r"([\d.]+)"] * 5) + r"\s+([\d.]+)x\
 
 
 def test_the_benchmark_times_each_policy_against_round_robin() -> None:
-    command = [sys.executable, "-m", "benchmarks.simulator", "--requests", "300"]
+    command = [sys.executable, "-m", "benchmarks.simulator_speed", "--requests", "300"]
     command += ["--policy", "slo_aware"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -17,7 +17,7 @@ import pytest
 from gateway.offline.prefix_scenarios import sessions_slow
 from gateway.offline.records import LoadRecord
 from gateway.offline.runs import Run, for_trace, simulate
-from gateway.offline.scenario import Scenario, TenantSpec
+from gateway.offline.scenario import Scenario, ScenarioTenant
 from gateway.offline.trace import PromptedRequest, read_rows
 from gateway.offline.trace_replay import TraceSpec
 from gateway.sim.engine import EngineServerParams, create_engine_app
@@ -77,7 +77,7 @@ def sample_scenario() -> Scenario:
         drain_s=20,
         engines=fleet.engines,
         classes=fleet.classes,
-        tenants={"app": TenantSpec(allowed_classes=["chat"])},
+        tenants={"app": ScenarioTenant(allowed_classes=["chat"])},
         trace=trace,
     )
     return for_trace(base, base.plan())

@@ -19,7 +19,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from gateway.config.settings import Price, parse_config
 from gateway.core import tokens
-from gateway.core.usage import cost_pusd
+from gateway.core.accounting import cost_pusd
 from tests.fixtures.gateway import (
     ADMIN_KEY,
     OTHER_TENANT_KEY,

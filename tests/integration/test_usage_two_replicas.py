@@ -16,7 +16,7 @@ import redis
 from openai import AsyncOpenAI
 
 from gateway.config.settings import Price
-from gateway.core.usage import cost_pusd
+from gateway.core.accounting import cost_pusd
 from gateway.state.keys import KeySpace
 from tests.fixtures.gateway import (
     PUBLIC_MODEL,

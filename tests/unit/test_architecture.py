@@ -1,6 +1,7 @@
 """The layers of README's "Architecture" hold: the import contracts (pyproject.toml,
 [tool.importlinter], loadtests/ among them), no import cycle between modules (TYPE_CHECKING
-imports included), and no clock read in gateway/core."""
+imports included), no clock read in gateway/core, and no two modules or classes sharing a name
+(design.md: a name found once says which module it means)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,23 @@ import grimp
 
 ROOT = Path(__file__).resolve().parents[2]
 CLOCK_READS = {"time", "perf_counter", "monotonic", "time_ns", "now", "utcnow", "today"}
+NAMED_TREES = ("gateway", "policies", "loadtests", "benchmarks")
+# Class names more than one module defines on purpose: each is a convention read by name.
+SHARED_CLASS_NAMES = {
+    # every policies/<name>.py defines its parameters as `Params` (policies/registry.py pairs
+    # each module's Params with its policy; a policy is a module, read as `<name>.Params`)
+    "Params",
+}
+# Public function names more than one module defines on purpose: each is a convention.
+SHARED_FUNCTION_NAMES = {
+    "main",  # a runnable module's entry point (`python -m ...`, the console script)
+    "register",  # a command module adds its commands to the CLI (gateway/cli.py)
+}
+# File names more than one module has by Python's own conventions.
+SHARED_FILE_NAMES = {
+    "__init__.py",  # a package
+    "__main__.py",  # what `python -m <package>` runs
+}
 
 
 def test_the_import_contracts_are_kept() -> None:
@@ -59,6 +77,76 @@ def test_core_reads_no_clock() -> None:
             ):
                 reads.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
     assert reads == []
+
+
+def test_no_two_modules_define_one_class_name() -> None:
+    """Private classes count too: one private base defined in several modules is one idea
+    written several times."""
+    defined: dict[str, list[str]] = {}
+    for path in _modules():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and node.name not in SHARED_CLASS_NAMES:
+                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    shared = _shared(defined)
+    assert shared == [], "\n".join(shared)
+
+
+def test_no_function_imported_by_its_name_is_defined_twice() -> None:
+    """A public function called by its bare name (`from m import f`, here or in tests/) has one
+    definition, so a reader of `f(...)` finds one `def f`. A name only ever read through its
+    module (`audit.configure`, `openai_routes.handle`) says at each call which one it is, and
+    may repeat: a per-module protocol."""
+    defined: dict[str, list[str]] = {}
+    modules: dict[str, list[str]] = {}
+    for path in _modules():
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+                modules.setdefault(node.name, []).append(_dotted(path))
+    imported = _imported_by_name()
+    clashes = {
+        name: paths
+        for name, paths in defined.items()
+        if name not in SHARED_FUNCTION_NAMES
+        and any((module, name) in imported for module in modules[name])
+    }
+    shared = _shared(clashes)
+    assert shared == [], "\n".join(shared)
+
+
+def test_no_two_modules_share_a_file_name() -> None:
+    named: dict[str, list[str]] = {}
+    for path in _modules():
+        if path.name not in SHARED_FILE_NAMES:
+            named.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    shared = _shared(named)
+    assert shared == [], "\n".join(shared)
+
+
+def _modules() -> list[Path]:
+    return sorted(path for tree in NAMED_TREES for path in (ROOT / tree).rglob("*.py"))
+
+
+def _dotted(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imported_by_name() -> set[tuple[str, str]]:
+    """(module, name) for every `from module import name` in the named trees and tests/."""
+    found: set[tuple[str, str]] = set()
+    for tree in (*NAMED_TREES, "tests"):
+        for path in (ROOT / tree).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    found.update((node.module, alias.name) for alias in node.names)
+    return found
+
+
+def _shared(places: dict[str, list[str]]) -> list[str]:
+    """One line per name found in more than one place: the name and every path that has it."""
+    return [f"{name}: {', '.join(paths)}" for name, paths in places.items() if len(paths) > 1]
 
 
 def _strongly_connected(graph: grimp.ImportGraph) -> list[set[str]]:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.bench.bench_command import publish
+from gateway.bench.bench_command import publish_sweep
 from gateway.bench.sweep import Level, LevelRun, SweepSample
 from gateway.bench.sweep_charts import (
     draw_latency_chart,
@@ -16,7 +16,7 @@ from gateway.bench.sweep_charts import (
     throughput_series,
 )
 from gateway.bench.sweep_client import Measurement
-from gateway.bench.sweep_report import LevelSummary, Slo, summarize
+from gateway.bench.sweep_report import LevelSummary, Slo, summarize_level
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -25,7 +25,7 @@ def _summary(prompt: int, conc: int, ttft_s: float, tpot_s: float) -> LevelSumma
     m = Measurement(None, 200, ttft_s + 9 * tpot_s, ttft_s, tpot_s, (tpot_s,) * 9, 10)
     level = Level(prompt, conc)
     records = tuple(SweepSample(level, i, 0.0, m) for i in range(conc))
-    return summarize(LevelRun(level, 1.0, records))
+    return summarize_level(LevelRun(level, 1.0, records))
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_report_without_matplotlib_writes_files_and_skips_charts(
     m = Measurement(None, 200, 0.2, 0.1, 0.01, (0.01,), 2)
     level = Level(128, 1)
     run = LevelRun(level, 1.0, (SweepSample(level, 0, 0.0, m),))
-    publish([run], None, {"model": "m"}, tmp_path)
+    publish_sweep([run], None, {"model": "m"}, tmp_path)
     assert "charts skipped (matplotlib.figure missing)" in capsys.readouterr().out
     assert (tmp_path / "requests.csv").exists() and (tmp_path / "results.json").exists()
     assert not list(tmp_path.glob("*.png"))

@@ -12,7 +12,7 @@ from gateway.bench.sweep_client import (
     endpoint_url,
     make_prompt,
     parse_sse_line,
-    request_body,
+    target_body,
 )
 
 
@@ -119,9 +119,9 @@ def test_prompts_differ_from_the_first_token() -> None:
 
 
 def test_request_body_asks_for_usage_and_streams() -> None:
-    chat = request_body(Target("u", "m"), "hi", 32)
+    chat = target_body(Target("u", "m"), "hi", 32)
     assert chat["stream"] is True and chat["stream_options"] == {"include_usage": True}
     assert chat["messages"] == [{"role": "user", "content": "hi"}] and chat["max_tokens"] == 32
     assert "ignore_eos" not in chat
-    completion = request_body(Target("u", "m", "completions", ignore_eos=True), "hi", 8)
+    completion = target_body(Target("u", "m", "completions", ignore_eos=True), "hi", 8)
     assert completion["prompt"] == "hi" and completion["ignore_eos"] is True

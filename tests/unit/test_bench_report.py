@@ -18,7 +18,7 @@ from gateway.bench.sweep_report import (
     render_errors,
     render_notes,
     render_table,
-    summarize,
+    summarize_level,
     write_csv,
     write_json,
 )
@@ -68,7 +68,7 @@ def test_slo_parse_rejects(text: str) -> None:
 
 def test_summary_percentiles_and_throughput() -> None:
     ms = [_ok(0.1 + 0.01 * i, 0.02) for i in range(20)] + [_failed()]
-    s = summarize(_run(128, 4, ms, wall_s=2.0))
+    s = summarize_level(_run(128, 4, ms, wall_s=2.0))
     assert (s.requests, s.failed) == (21, 1)
     assert s.ttft_s.p50 == pytest.approx(0.195)
     assert s.tpot_s.p95 == pytest.approx(0.02)
@@ -80,9 +80,9 @@ def test_summary_percentiles_and_throughput() -> None:
 
 def test_slo_misses_name_the_metric_and_count_failures() -> None:
     slo = Slo(ttft_s=0.2, tpot_s=0.05)
-    fast = summarize(_run(128, 1, [_ok(0.1, 0.02)] * 20))
-    slow_ttft = summarize(_run(128, 4, [_ok(0.3, 0.02)] * 20))
-    failing = summarize(_run(128, 8, [_ok(0.1, 0.02)] * 18 + [_failed()] * 2))  # 10% failed
+    fast = summarize_level(_run(128, 1, [_ok(0.1, 0.02)] * 20))
+    slow_ttft = summarize_level(_run(128, 4, [_ok(0.3, 0.02)] * 20))
+    failing = summarize_level(_run(128, 8, [_ok(0.1, 0.02)] * 18 + [_failed()] * 2))  # 10% failed
     assert fast.slo_misses(slo) == []
     assert slow_ttft.slo_misses(slo) == ["ttft"]
     assert failing.slo_misses(slo) == ["errors"]
@@ -91,11 +91,11 @@ def test_slo_misses_name_the_metric_and_count_failures() -> None:
 def test_highest_passing_stops_at_the_first_miss() -> None:
     slo = Slo(ttft_s=0.2)
     summaries = [
-        summarize(_run(128, 1, [_ok(0.1, 0.02)] * 5)),
-        summarize(_run(128, 4, [_ok(0.15, 0.02)] * 5)),
-        summarize(_run(128, 16, [_ok(0.5, 0.02)] * 5)),
-        summarize(_run(128, 32, [_ok(0.1, 0.02)] * 5)),  # lucky level above a miss
-        summarize(_run(2000, 1, [_ok(0.4, 0.02)] * 5)),
+        summarize_level(_run(128, 1, [_ok(0.1, 0.02)] * 5)),
+        summarize_level(_run(128, 4, [_ok(0.15, 0.02)] * 5)),
+        summarize_level(_run(128, 16, [_ok(0.5, 0.02)] * 5)),
+        summarize_level(_run(128, 32, [_ok(0.1, 0.02)] * 5)),  # lucky level above a miss
+        summarize_level(_run(2000, 1, [_ok(0.4, 0.02)] * 5)),
     ]
     assert highest_passing(summaries, slo) == {128: 4, 2000: None}
 
@@ -103,8 +103,8 @@ def test_highest_passing_stops_at_the_first_miss() -> None:
 def test_table_marks_misses_and_notes_name_the_best_level() -> None:
     slo = Slo(ttft_s=0.2, tpot_s=0.05)
     summaries = [
-        summarize(_run(128, 1, [_ok(0.1, 0.02)] * 5)),
-        summarize(_run(128, 4, [_ok(0.1, 0.08)] * 5)),
+        summarize_level(_run(128, 1, [_ok(0.1, 0.02)] * 5)),
+        summarize_level(_run(128, 4, [_ok(0.1, 0.08)] * 5)),
     ]
     table = render_table(summaries, slo)
     header, first, second = table.splitlines()
@@ -120,7 +120,7 @@ def test_table_marks_misses_and_notes_name_the_best_level() -> None:
 
 
 def test_notes_say_when_tokens_were_counted() -> None:
-    summaries = [summarize(_run(128, 1, [_ok(0.1, 0.02, counted=True)]))]
+    summaries = [summarize_level(_run(128, 1, [_ok(0.1, 0.02, counted=True)]))]
     assert any("sent no usage" in note for note in render_notes(summaries))
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.config.settings import SloClassConfig
-from gateway.server.dashboard.board import judge, served, tally
-from gateway.server.dashboard.explain import explain
-from gateway.server.dashboard.page import SPARK_H, SPARK_W, fmt, points, render
+from gateway.server.dashboard.board import judge, tally, tenant_served
+from gateway.server.dashboard.explain import explain_decision
+from gateway.server.dashboard.page import SPARK_H, SPARK_W, fmt, points, render_page
 from gateway.server.dashboard.readings import Totals
 from gateway.server.dashboard.routes import session_token, valid_session
 
@@ -28,14 +28,14 @@ def decision(**fields: Any) -> dict[str, Any]:
 
 
 def test_explains_an_slo_aware_choice_against_the_class_target() -> None:
-    assert explain(decision(), INTERACTIVE) == (
+    assert explain_decision(decision(), INTERACTIVE) == (
         "slo_aware chose vllm-fast (of 2): predicted p95 TTFT 120 ms ≤ 500 ms target; "
         "the cheapest endpoint predicted to meet the SLO"
     )
 
 
 def test_explains_an_at_risk_choice_and_a_queue_wait() -> None:
-    text = explain(
+    text = explain_decision(
         decision(reason="slo_at_risk", predicted_ttft_p95_s=0.9, queued_s=0.25), INTERACTIVE
     )
     assert "predicted p95 TTFT 900 ms > 500 ms target" in text
@@ -44,9 +44,11 @@ def test_explains_an_at_risk_choice_and_a_queue_wait() -> None:
 
 
 def test_explains_a_wait_for_fair_share() -> None:
-    text = explain(decision(queued_s=0.3, waited_for_fairness=True, fairness_key="acme/a"), None)
+    text = explain_decision(
+        decision(queued_s=0.3, waited_for_fairness=True, fairness_key="acme/a"), None
+    )
     assert text.endswith("less-served keys of its class went first (acme/a waited for fair share)")
-    assert "fair share" not in explain(decision(waited_for_fairness=False), None)
+    assert "fair share" not in explain_decision(decision(waited_for_fairness=False), None)
 
 
 def test_a_tenant_is_served_its_uncached_prompt_and_its_output() -> None:
@@ -57,11 +59,11 @@ def test_a_tenant_is_served_its_uncached_prompt_and_its_output() -> None:
         tokens={("acme", "prompt"): 900, ("acme", "cached"): 600, ("acme", "completion"): 50},
         fair_waits={("chat", "acme"): 3, ("batch", "acme"): 1, ("chat", "zeta"): 7},
     )
-    assert served(totals, "acme") == {"served_tokens": 350, "fair_waits": 4}
+    assert tenant_served(totals, "acme") == {"served_tokens": 350, "fair_waits": 4}
 
 
 def test_explains_deadline_classes_and_policies_without_predictions() -> None:
-    assert "(class deadline 60 s)" in explain(decision(), BATCH)
+    assert "(class deadline 60 s)" in explain_decision(decision(), BATCH)
     rotation = decision(
         policy="round_robin",
         ranking=["e1", "e2", "e3"],
@@ -69,8 +71,10 @@ def test_explains_deadline_classes_and_policies_without_predictions() -> None:
         predicted_ttft_s=None,
         predicted_ttft_p95_s=None,
     )
-    assert explain(rotation, None) == "round_robin chose e1 (of 3): next in rotation"
-    assert explain(decision(reason="new_reason", ranking=["e1"]), None).endswith("; new_reason")
+    assert explain_decision(rotation, None) == "round_robin chose e1 (of 3): next in rotation"
+    assert explain_decision(decision(reason="new_reason", ranking=["e1"]), None).endswith(
+        "; new_reason"
+    )
 
 
 def test_a_session_is_valid_only_for_its_key_and_until_it_expires() -> None:
@@ -121,7 +125,7 @@ def test_an_engine_disagreeing_with_the_estimate_asks_for_a_check() -> None:
 
 def test_explains_a_ranked_endpoint_in_a_step_change() -> None:
     steps = {"vllm-b": {"ratio": 3.04, "signal": "tpot", "since_s": 1.0}}
-    text = explain(decision() | {"steps": steps}, INTERACTIVE)
+    text = explain_decision(decision() | {"steps": steps}, INTERACTIVE)
     assert text.endswith("; vllm-b is 3.0x slower than its window (tpot)")
 
 
@@ -202,7 +206,7 @@ def test_the_page_escapes_names_it_did_not_write() -> None:
             }
         ],
     }
-    page = render(doc)
+    page = render_page(doc)
     assert "<script>" not in page.replace('<script src="dashboard/static/dashboard.js"', "")
     assert "&lt;img src=x&gt;" in page and "&lt;b&gt;" in page
     assert "&lt;i&gt;acme&lt;/i&gt;" in page and "&lt;script&gt;alert(1)" in page

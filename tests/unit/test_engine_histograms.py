@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.watch.engine_histograms import Histogram, recent
+from gateway.watch.engine_histograms import EngineHistogram, recent
 from gateway.watch.scraper import LatestScrapes, parse_metrics
 from tests.unit.test_scraper import page
 
@@ -29,18 +29,20 @@ def test_a_real_vllm_page_gives_its_three_histograms() -> None:
 
 def test_an_older_vllm_page_gives_what_it_carries() -> None:
     ttft, _, _ = parse_metrics(page("vllm-v0-metrics.txt")).histograms
-    assert ttft == Histogram(402.0, 41.7, ((0.001, 0.0), (0.1, 310.0), (float("inf"), 402.0)))
+    assert ttft == EngineHistogram(402.0, 41.7, ((0.001, 0.0), (0.1, 310.0), (float("inf"), 402.0)))
 
 
 def test_series_of_data_parallel_engines_are_summed() -> None:
     text = vllm_page([("0.1", 4.0), ("+Inf", 5.0)], 0.5, engines=2)
     ttft, _, _ = parse_metrics(text).histograms
-    assert ttft == Histogram(10.0, 1.0, ((0.1, 8.0), (float("inf"), 10.0)))
+    assert ttft == EngineHistogram(10.0, 1.0, ((0.1, 8.0), (float("inf"), 10.0)))
 
 
 def test_recent_mean_and_p95_come_from_what_was_added() -> None:
-    before = Histogram(100.0, 10.0, ((0.1, 90.0), (0.5, 100.0), (float("inf"), 100.0)))
-    now = Histogram(120.0, 14.0, ((0.1, 90.0), (0.5, 110.0), (1.0, 120.0), (float("inf"), 120.0)))
+    before = EngineHistogram(100.0, 10.0, ((0.1, 90.0), (0.5, 100.0), (float("inf"), 100.0)))
+    now = EngineHistogram(
+        120.0, 14.0, ((0.1, 90.0), (0.5, 110.0), (1.0, 120.0), (float("inf"), 120.0))
+    )
     mean_s, p95_s = recent(now, before)
     assert mean_s == pytest.approx(0.2)
     # 20 added: 10 in (0.1, 0.5], 10 in (0.5, 1.0]; the 19th is 90% through the second bucket
@@ -48,9 +50,9 @@ def test_recent_mean_and_p95_come_from_what_was_added() -> None:
 
 
 def test_no_new_observations_or_a_restart_say_nothing() -> None:
-    seen = Histogram(10.0, 1.0, ((float("inf"), 10.0),))
+    seen = EngineHistogram(10.0, 1.0, ((float("inf"), 10.0),))
     assert recent(seen, seen) == (None, None)
-    assert recent(Histogram(2.0, 0.1, ((float("inf"), 2.0),)), seen) == (None, None)
+    assert recent(EngineHistogram(2.0, 0.1, ((float("inf"), 2.0),)), seen) == (None, None)
     assert recent(seen, None) == (None, None)
 
 

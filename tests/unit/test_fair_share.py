@@ -1,5 +1,5 @@
 """Fair share inside a class: the deadline queue ordered by fairness counters (pure), and the
-counters this replica charges (gateway/core/fair_share.py) over a memory store."""
+counters this replica charges (gateway/core/fair_charges.py) over a memory store."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.config.settings import TenantFairness
-from gateway.core.fair_share import FairShare
+from gateway.core.fair_charges import FairShare
 from gateway.state.background import run_to_completion
 from gateway.state.memory_store import MemoryStatsStore
 from policies.base import RouteRequest, SloTarget

@@ -165,7 +165,7 @@ def test_hf_config_prefers_explicit_head_dim() -> None:
 def test_hf_config_reads_text_config_of_multimodal_models(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"torch_dtype": "float16", "text_config": LLAMA_3_8B_CONFIG}))
-    config = hf_config.load(path)
+    config = hf_config.read_config(path)
     assert hf_config.shape(config) == ModelShape(32, 8, 128)
     assert hf_config.dtype(config) == "bfloat16"
 

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.offline.scenarios import SCENARIOS
 from loadtests.plan import PlannedCall, calls
-from loadtests.sessions import SessionTurns
+from loadtests.sessions import LiveSessionTurns
 
 THINK_S = 0.05
 
@@ -23,7 +23,7 @@ def call(index: int, arrival_s: float, session: str | None, turn: int) -> Planne
 
 def test_a_later_turn_arrives_think_s_after_the_previous_turn_ended() -> None:
     started = time.perf_counter()
-    turns = SessionTurns(lambda: time.perf_counter() - started)
+    turns = LiveSessionTurns(lambda: time.perf_counter() - started)
     first, second, lone = call(0, 0.0, "s", 0), call(1, 0.01, "s", 1), call(2, 0.02, None, 0)
     assert turns.arrival_s(first) == 0.0 and turns.arrival_s(lone) == 0.02  # as planned
     waiting = gevent.spawn(turns.arrival_s, second)

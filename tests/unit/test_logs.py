@@ -18,7 +18,7 @@ from gateway.telemetry import access_log, request_log
 from gateway.telemetry.access_log import WithoutQuery
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import Finished, RequestRecord
-from gateway.telemetry.request_log import error_code, line, outcome
+from gateway.telemetry.request_log import error_code, log_line, outcome
 from policies.base import Ranking, RouteRequest, SloTarget
 
 SLO = SloTarget(name="interactive", ttft_s=0.5)
@@ -43,7 +43,7 @@ def served() -> RequestRecord:
 
 
 def test_a_served_request_is_one_line_with_every_field() -> None:
-    text = line(served())
+    text = log_line(served())
     assert "\n" not in text
     entry = json.loads(text)
     assert entry["request_id"] == "r1" and entry["status"] == 200 and entry["outcome"] == "ok"
@@ -71,21 +71,21 @@ def test_a_fallbacks_line_names_the_model_asked_for_and_why() -> None:
 def test_the_line_keeps_its_keys_when_nothing_is_known() -> None:
     bare = RequestRecord("r2", "POST", "/v1/chat/completions", time.perf_counter(), status=401)
     bare.error_code = "invalid_api_key"
-    assert set(json.loads(line(bare))) == set(json.loads(line(served())))
+    assert set(json.loads(log_line(bare))) == set(json.loads(log_line(served())))
 
 
 def test_prompt_text_appears_only_when_asked() -> None:
-    assert "top secret" not in line(served())
-    entry = json.loads(line(served(), prompts=True))
+    assert "top secret" not in log_line(served())
+    entry = json.loads(log_line(served(), prompts=True))
     assert entry["prompt"] == BODY["messages"]
 
 
 def test_the_line_carries_the_records_verdict() -> None:
     record = served()
     record.result, record.slo_met = finished(ttft_s=0.9), False
-    assert json.loads(line(record))["slo_met"] is False
+    assert json.loads(log_line(record))["slo_met"] is False
     record.slo_met = None  # the client left: not judged
-    assert json.loads(line(record))["slo_met"] is None
+    assert json.loads(log_line(record))["slo_met"] is None
 
 
 def test_outcome_without_an_upstream_answer_comes_from_status_and_code() -> None:

@@ -11,7 +11,7 @@ import pytest
 from gateway.config.settings import SloClassConfig, TenantLimits
 from gateway.offline.records import LoadRecord
 from gateway.offline.report import RunFacts, summarize
-from gateway.offline.scenario import EngineSpec, ProviderSpec, Scenario, TenantSpec, Traffic
+from gateway.offline.scenario import EngineSpec, ProviderSpec, Scenario, ScenarioTenant, Traffic
 from gateway.offline.scenarios import SCENARIOS, fleet20
 from gateway.offline.simulator import Simulator
 from gateway.offline.trace import PlannedRequest, PromptedRequest
@@ -35,7 +35,7 @@ def scenario(**changes: Any) -> Scenario:
         "description": "unit test",
         "duration_s": 20.0,
         "classes": CLASSES,
-        "tenants": {"app": TenantSpec(allowed_classes=["interactive", "batch"])},
+        "tenants": {"app": ScenarioTenant(allowed_classes=["interactive", "batch"])},
         "traffic": [
             Traffic(
                 tenant="app",
@@ -103,7 +103,7 @@ def test_a_tenant_request_limit_is_exact() -> None:
 
 
 def test_a_tenant_concurrency_limit_holds_at_every_moment() -> None:
-    limited = TenantSpec(allowed_classes=["interactive"], limits=TenantLimits(max_concurrent=2))
+    limited = ScenarioTenant(allowed_classes=["interactive"], limits=TenantLimits(max_concurrent=2))
     long_answers = LengthSpec(profile="conversation", min_tokens=200, max_tokens=300)
     traffic = Traffic(
         tenant="app",
@@ -172,7 +172,7 @@ def test_a_later_turn_arrives_think_s_after_the_previous_turn_ended() -> None:
 
 
 def test_a_turn_follows_a_refused_turn_think_s_after_the_refusal() -> None:
-    one_at_a_time = TenantSpec(
+    one_at_a_time = ScenarioTenant(
         allowed_classes=["interactive"], limits=TenantLimits(max_concurrent=1)
     )
     plan = [turn(0.0, 50, None, 0), turn(0.01, 5, "s", 0), turn(0.02, 5, "s", 1)]

@@ -3,7 +3,7 @@ policy's exploration probes."""
 
 from __future__ import annotations
 
-from benchmarks.reaction import measure, scenario_module
+from benchmarks.reaction import measure_reaction, scenario_module
 from gateway.offline.records import LoadRecord
 
 MODULE = scenario_module()
@@ -20,7 +20,7 @@ def sent(at_s: float, endpoint: str, decision: str) -> LoadRecord:
 
 def test_exploration_probes_count_apart_from_routing() -> None:
     slowed, at = MODULE.SLOWED, MODULE.SLOWDOWN_AT_S
-    found = measure(
+    found = measure_reaction(
         [
             sent(at - 1.0, slowed, "slo_met"),  # before the slowdown: not counted
             sent(at + 0.5, slowed, "slo_met"),

@@ -12,8 +12,15 @@ from gateway.config.settings import SloClassConfig
 from gateway.offline import render
 from gateway.offline import report_charts as charts
 from gateway.offline.records import LoadRecord, classify, read_records, write_records
-from gateway.offline.report import RunFacts, meets_slo, percentile, summarize
-from gateway.offline.scenario import Check, EngineSpec, ProviderSpec, Scenario, TenantSpec, Traffic
+from gateway.offline.report import RunFacts, percentile, record_meets_slo, summarize
+from gateway.offline.scenario import (
+    Check,
+    EngineSpec,
+    ProviderSpec,
+    Scenario,
+    ScenarioTenant,
+    Traffic,
+)
 from gateway.offline.workload import RateShape
 from gateway.sim.fleet import MemberPrice
 
@@ -28,8 +35,8 @@ def scenario(checks: list[Check] | None = None, **changes: Any) -> Scenario:
         "duration_s": 10.0,
         "classes": {"chat": CHAT, "batch": BATCH},
         "tenants": {
-            "a": TenantSpec(allowed_classes=["chat", "batch"]),
-            "b": TenantSpec(allowed_classes=["chat"]),
+            "a": ScenarioTenant(allowed_classes=["chat", "batch"]),
+            "b": ScenarioTenant(allowed_classes=["chat"]),
         },
         "traffic": [Traffic(tenant="a", slo_class="chat", shape=RateShape.constant(1, 0, 10))],
         "engines": [EngineSpec(id="e", price=MemberPrice(input_per_1m=1.0, output_per_1m=2.0))],
@@ -85,13 +92,13 @@ RECORDS = [
 
 
 def test_meeting_the_slo_means_every_target_of_the_class() -> None:
-    assert meets_slo(record(0), CHAT)
-    assert not meets_slo(record(0, ttft_s=0.6), CHAT)
-    assert not meets_slo(record(0, tpot_s=0.051), CHAT)
-    assert meets_slo(record(0, output_tokens=1, tpot_s=None), CHAT)  # no TPOT for one token
-    assert not meets_slo(record(0, outcome="shed"), CHAT)
-    assert meets_slo(record(0, ttft_s=9.0, e2e_s=9.5), BATCH)
-    assert not meets_slo(record(0, e2e_s=10.5), BATCH)
+    assert record_meets_slo(record(0), CHAT)
+    assert not record_meets_slo(record(0, ttft_s=0.6), CHAT)
+    assert not record_meets_slo(record(0, tpot_s=0.051), CHAT)
+    assert record_meets_slo(record(0, output_tokens=1, tpot_s=None), CHAT)  # no TPOT for one token
+    assert not record_meets_slo(record(0, outcome="shed"), CHAT)
+    assert record_meets_slo(record(0, ttft_s=9.0, e2e_s=9.5), BATCH)
+    assert not record_meets_slo(record(0, e2e_s=10.5), BATCH)
 
 
 def test_outcomes_come_from_status_gateway_reason_and_stream_end() -> None:

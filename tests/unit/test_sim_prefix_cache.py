@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from gateway.sim.model import EngineModel, EngineParams
 from gateway.sim.prompt_blocks import sequence_hashes
-from gateway.sim.wire import estimate_prompt_tokens, output_text, prompt_text
+from gateway.sim.wire import engine_prompt_tokens, output_text, prompt_text
 
 BS = 16  # EngineParams' default block size
 
@@ -134,7 +134,7 @@ def test_an_answer_is_cached_for_the_turn_that_replays_it() -> None:
     second = {"model": "m", "messages": [user, answer, {"role": "user", "content": "more?"}]}
     first_text, second_text = prompt_text(first, "chat"), prompt_text(second, "chat")
     assert second_text.startswith(first_text + output_text(100))
-    first_tokens, second_tokens = (estimate_prompt_tokens(b, "chat") for b in (first, second))
+    first_tokens, second_tokens = (engine_prompt_tokens(b, "chat") for b in (first, second))
     serve(model, "turn-1", first_tokens, 100, sequence_hashes(first_text, 100, BS))
     cached, _ = serve(model, "turn-2", second_tokens, 10, sequence_hashes(second_text, 10, BS))
     # Turn 1's prompt text fills 10 blocks; its KV held 164 + 100 - 1 = 263 computed tokens,

@@ -7,7 +7,7 @@ from functools import partial
 from gateway.config.settings import SloClassConfig
 from gateway.core.slo import meets_slo
 from gateway.offline.records import LoadRecord, Outcome
-from gateway.offline.report import meets_slo as record_meets_slo
+from gateway.offline.report import record_meets_slo
 from policies.base import SloTarget
 
 INTERACTIVE = SloTarget("interactive", ttft_s=0.5, tpot_s=0.05)

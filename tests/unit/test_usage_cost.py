@@ -1,4 +1,4 @@
-"""A request's cost in micro-USD (gateway/core/usage.py)."""
+"""A request's cost in micro-USD (gateway/core/accounting.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.config.settings import Price
-from gateway.core.usage import _micro_usd, cost_pusd
+from gateway.core.accounting import _micro_usd, cost_pusd
 
 
 @settings(max_examples=300, deadline=None)

@@ -43,7 +43,7 @@ from typing import Any
 
 from gateway.server import ops
 from gateway.server.dashboard import readings
-from gateway.server.dashboard.explain import explain
+from gateway.server.dashboard.explain import explain_decision
 from gateway.server.dashboard.history import History
 from gateway.server.dashboard.readings import Key, Totals
 from gateway.server.runtime import Runtime
@@ -95,7 +95,7 @@ def layout(runtime: Runtime) -> str:
 
 def endpoints(runtime: Runtime, history: History) -> list[dict[str, Any]]:
     model = readings.estimator(runtime)
-    covered = readings.coverage(runtime.metrics)
+    covered = readings.endpoint_coverage(runtime.metrics)
     entries = []
     for view in ops.endpoint_views(runtime):
         health, status = judge(view)
@@ -218,15 +218,17 @@ def tenants(runtime: Runtime, window: Totals, total: Totals) -> list[dict[str, A
         {
             "name": name,
             "allowed_classes": tenant.allowed_classes,
-            "window": tally(window, tenant=name) | spend(window, name) | served(window, name),
-            "total": tally(total, tenant=name) | spend(total, name) | served(total, name),
+            "window": tally(window, tenant=name)
+            | spend(window, name)
+            | tenant_served(window, name),
+            "total": tally(total, tenant=name) | spend(total, name) | tenant_served(total, name),
             "fair_share_tokens": fair_share(runtime, name),
         }
         for name, tenant in runtime.config.tenants.items()
     ]
 
 
-def served(totals: Totals, tenant: str) -> dict[str, int]:
+def tenant_served(totals: Totals, tenant: str) -> dict[str, int]:
     """What the tenant was served (fair share counts it, unweighted) and how often one of its
     requests waited for fairness."""
     tokens = {key[1]: n for key, n in totals.tokens.items() if key[0] == tenant}
@@ -259,4 +261,4 @@ def spend(totals: Totals, tenant: str) -> dict[str, float | None]:
 def decisions(runtime: Runtime) -> list[dict[str, Any]]:
     newest = itertools.islice(reversed(runtime.router.decisions), DECISIONS_SHOWN)
     slo = runtime.config.classes
-    return [d | {"explanation": explain(d, slo.get(d["slo_class"]))} for d in newest]
+    return [d | {"explanation": explain_decision(d, slo.get(d["slo_class"]))} for d in newest]

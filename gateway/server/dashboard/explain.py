@@ -28,7 +28,7 @@ REASONS = {
 QUEUED_SHOWN_S = 0.01  # `queued_s` includes admission's own work; below this it is noise
 
 
-def explain(decision: Mapping[str, Any], slo: SloClassConfig | None) -> str:
+def explain_decision(decision: Mapping[str, Any], slo: SloClassConfig | None) -> str:
     ranking = decision.get("ranking") or []
     chosen = ranking[0] if ranking else "no endpoint"
     head = f"{decision.get('policy') or 'the policy'} chose {chosen}"

@@ -92,7 +92,7 @@ def points(
     return " ".join(coords)
 
 
-def render(doc: Mapping[str, Any]) -> str:
+def render_page(doc: Mapping[str, Any]) -> str:
     return _PAGE.format(
         layout=html.escape(doc["layout"]),
         header=header(doc),

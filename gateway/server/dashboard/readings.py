@@ -100,7 +100,7 @@ def totals(metrics: Metrics) -> Totals:
     )
 
 
-def coverage(metrics: Metrics) -> dict[str, dict[str, float | None]]:
+def endpoint_coverage(metrics: Metrics) -> dict[str, dict[str, float | None]]:
     """Per endpoint, of this replica's attempts since it started: the share whose TTFT and TPOT
     came within the p95s predicted for them (None: none judged), and how many were judged."""
     counts = _counts(metrics.coverage, ("endpoint", "signal", "result"))

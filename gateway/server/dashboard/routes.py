@@ -89,7 +89,7 @@ async def dashboard(request: Request) -> Response:
         return _login("Sign in with the gateway's admin key.")
     history: History = request.app.state.history
     document = board.document(runtime, history) | {"keys": await key_views(runtime)}
-    return HTMLResponse(page.render(document), headers=PAGE_HEADERS)
+    return HTMLResponse(page.render_page(document), headers=PAGE_HEADERS)
 
 
 @routes.post("/dashboard")

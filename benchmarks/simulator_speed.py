@@ -1,7 +1,7 @@
 """Offline simulator speed: a whole `slo-gateway simulate` run, phase by phase, in CPU seconds.
 
-Run: .venv/bin/python -m benchmarks.simulator            (fleet20: ~100k requests, 20 endpoints)
-     .venv/bin/python -m benchmarks.simulator --requests 20000 --policy least_loaded,slo_aware
+Run: .venv/bin/python -m benchmarks.simulator_speed       (fleet20: ~100k requests, 20 endpoints)
+     .venv/bin/python -m benchmarks.simulator_speed --requests 20000 --policy least_loaded,slo_aware
 
 Issue 5's goal: 100k requests across 20 endpoints in under a minute on one core. Each policy's
 run is timed as the CLI does it (plan once, then per policy: the simulation, the report, the

@@ -1,6 +1,6 @@
 """Cost of prompt-token estimation on a 32k-token prompt, in µs per call.
 
-Run: .venv/bin/python -m benchmarks.tokens
+Run: .venv/bin/python -m benchmarks.token_estimate_speed
 
 Three shapes of the same 32k tokens: one message, 256 messages, and content-part lists. For
 scale, the last line times `json.dumps` of the one-message body, which the estimate avoids.

@@ -14,19 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gateway.config.settings import TenantBudget, TenantLimits, TenantSpec, hash_key
+from gateway.config.strict_model import StrictModel
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 SECRET_PREFIX = "sk-sg-"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class KeyRules(_Strict):
+class KeyRules(StrictModel):
     """What a key narrows (None: as its tenant); the body of an update, all fields optional."""
 
     name: str | None = Field(None, max_length=200)
