@@ -59,13 +59,13 @@ def test_a_served_request_is_one_line_with_every_field() -> None:
 def test_a_fallbacks_line_names_the_model_asked_for_and_why() -> None:
     record = served()
     record.requested_model, record.fallback_reason = "llama-70b", "refused"
-    entry = json.loads(line(record))
+    entry = json.loads(log_line(record))
     assert (entry["model"], entry["requested_model"], entry["fallback"]) == (
         "llama",
         "llama-70b",
         "refused",
     )
-    assert json.loads(line(served()))["fallback"] is None
+    assert json.loads(log_line(served()))["fallback"] is None
 
 
 def test_the_line_keeps_its_keys_when_nothing_is_known() -> None:
