@@ -127,11 +127,24 @@ def _usable(intake: Intake, models: list[str] | tuple[()], api: Api) -> tuple[st
 
 def fairness_key_of(caller: Caller, headers: dict[bytes, str]) -> str | None:
     """A sub-tenant the client named (`x-fairness-id`, else the Kubernetes inference gateway's
-    `x-gateway-inference-fairness-id`), where its tenant allows one: "<tenant>/<id>"."""
+    `x-gateway-inference-fairness-id`), where its tenant allows one: "<tenant>/<id>". The id
+    becomes a counter in the shared store and a metric label, so it is held to a short name."""
     if not caller.config.fairness.sub_ids:
         return None
-    named = headers.get(b"x-fairness-id") or headers.get(b"x-gateway-inference-fairness-id")
-    return f"{caller.tenant}/{named}" if named else None
+    for header in (b"x-fairness-id", b"x-gateway-inference-fairness-id"):
+        named = headers.get(header)
+        if named:
+            if not _FAIRNESS_ID.fullmatch(named):
+                raise invalid(
+                    f"The {header.decode()} header must be 1-64 letters, digits or ._:@- "
+                    "characters.",
+                    header.decode(),
+                )
+            return f"{caller.tenant}/{named}"
+    return None
+
+
+_FAIRNESS_ID = re.compile(r"[A-Za-z0-9._:@-]{1,64}")
 
 
 def session_of(headers: dict[bytes, str], body: dict[str, Any]) -> str | None:

@@ -67,6 +67,17 @@ def test_a_sub_tenant_named_by_header_counts_on_its_own_where_the_tenant_allows(
     assert not any(d["waited_for_fairness"] for d in decisions)  # an idle fleet: nobody waits
 
 
+@pytest.mark.parametrize("named", ["x" * 65, "team a", "team/a", "a,b"])
+def test_a_sub_tenant_id_that_is_no_short_name_is_refused_naming_the_header(named: str) -> None:
+    """The id becomes a shared counter and a metric label: 1-64 of [A-Za-z0-9._:@-]."""
+    tenants = tenants_with(acme={"fairness": {"sub_ids": True}})
+    with one_engine_gateway(tenants=tenants) as gw:
+        for header in ("x-fairness-id", "x-gateway-inference-fairness-id"):
+            refused = chat(gw.base_url, TENANT_KEY, {header: named})
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["error"]["param"] == header
+
+
 def fair_share_tokens(base_url: str, key: str) -> float:
     text = httpx.get(base_url + "/metrics").text
     return counter_sum(text, "slo_gateway_fair_share_tokens", fairness_key=key)
