@@ -59,6 +59,7 @@ class Traffic(_Strict):
     cv: float = Field(default=1.0, gt=0, description="inter-arrival coefficient of variation")
     prompt: LengthSpec = LengthSpec()
     output: LengthSpec = LengthSpec()
+    stream: bool = Field(default=True, description="offline: False sends whole answers")
 
 
 class FaultEvent(_Strict):
@@ -140,6 +141,7 @@ class Scenario(_Strict):
                             output.draw(rng),
                             traffic.tenant,
                             traffic.slo_class,
+                            stream=traffic.stream,
                         )
                     )
         return sorted(planned, key=lambda r: r.arrival_s)

@@ -73,6 +73,16 @@ def test_a_lone_request_takes_exactly_what_the_engine_model_says() -> None:
     assert record.tpot_s == pytest.approx((clock_s - first_s) / 9)
 
 
+def test_a_whole_answer_is_recorded_as_its_client_sees_it() -> None:
+    spec = scenario()
+    planned = PlannedRequest(0.5, 500, 10, "app", "interactive", stream=False)
+    (streamed,) = simulate(spec, plan=[PlannedRequest(0.5, 500, 10, "app", "interactive")])
+    (whole,) = simulate(spec, plan=[planned])
+    assert whole.outcome == "ok" and whole.output_tokens == 10 and not whole.stream
+    assert whole.ttft_s is None and whole.tpot_s is None  # no token before the whole answer
+    assert whole.e2e_s == pytest.approx(streamed.e2e_s)
+
+
 def test_failover_hides_a_provider_outage() -> None:
     down = ProviderParams(faults=Faults(status_code=503), max_concurrency=64)
     spec = scenario(providers=[ProviderSpec(id="provider", params=down)])
