@@ -83,6 +83,20 @@ def test_a_whole_answer_is_recorded_as_its_client_sees_it() -> None:
     assert whole.e2e_s == pytest.approx(streamed.e2e_s)
 
 
+def test_whole_answers_teach_the_estimate_the_tpot_that_streams_show() -> None:
+    learned = {}
+    for stream in (True, False):
+        spec = scenario()
+        spec = scenario(traffic=[spec.traffic[0].model_copy(update={"stream": stream})])
+        simulator = Simulator(spec, spec.plan(), {"name": "slo_aware"})
+        simulator.run()
+        learned[stream] = simulator.gateway.view.stats("engine").latency
+    streamed, whole = learned[True], learned[False]
+    assert whole.tpot_ratio_n == streamed.tpot_ratio_n > 0  # each answer measured its deviation
+    assert whole.tpot_mean_s is not None and streamed.tpot_mean_s is not None
+    assert whole.tpot_mean_s == pytest.approx(streamed.tpot_mean_s, rel=0.1)
+
+
 def test_failover_hides_a_provider_outage() -> None:
     down = ProviderParams(faults=Faults(status_code=503), max_concurrency=64)
     spec = scenario(providers=[ProviderSpec(id="provider", params=down)])
