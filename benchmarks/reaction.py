@@ -1,6 +1,7 @@
 """How fast routing reacts: per-phase interactive attainment and the slowed engine's last request.
 
 Run (offline, several seeds):   .venv/bin/python -m benchmarks.reaction --seeds 1 2 3
+Whole answers (no streaming):   .venv/bin/python -m benchmarks.reaction --seeds 1 2 3 --whole
 Read live runs' records:        .venv/bin/python -m benchmarks.reaction --records DIR/records.jsonl
 Another tree (e.g. main):       PYTHONPATH=/path/to/tree .venv/bin/python benchmarks/reaction.py ...
 
@@ -68,8 +69,8 @@ def measure_reaction(records: Sequence[LoadRecord], module: ModuleType) -> dict[
     return found
 
 
-def offline(seed: int, policy: str, module: ModuleType) -> dict[str, float]:
-    scenario = module.reaction()
+def offline(seed: int, policy: str, module: ModuleType, stream: bool = True) -> dict[str, float]:
+    scenario = module.reaction(stream)
     plan = scenario.plan(seed)
     result = Simulator(scenario, plan, {"name": policy}, seed=seed).run()
     return measure_reaction(result.records, module)
@@ -90,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--policy", default="slo_aware")
     parser.add_argument("--records", type=Path, nargs="*", default=[])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--whole", action="store_true", help="offline: answers not streamed")
     args = parser.parse_args(argv)
     module = scenario_module()
     rows: dict[str, dict[str, float]] = {}
@@ -98,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             rows[str(path)] = measure_reaction(list(read_records(path)), module)
     else:
         for seed in args.seeds:
-            rows[f"seed {seed}"] = offline(seed, args.policy, module)
+            rows[f"seed {seed}"] = offline(seed, args.policy, module, not args.whole)
     if len(rows) > 1:
         names = next(iter(rows.values()))
         rows["mean"] = {k: statistics.fmean(r[k] for r in rows.values()) for k in names}

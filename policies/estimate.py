@@ -28,6 +28,14 @@ Calibrated quantiles: q = p95 / mean, measured
     before it say nothing about after. The coverage of these p95s (the share of outcomes within
     them) is exported (slo_gateway_p95_coverage, the offline report).
 
+Whole answers: a request that does not stream shows only its end-to-end time E and its N
+output tokens, one measurement of the model's own quantity ttft + tpot·(N − 1). It is learned as
+the prediction made for it, scaled to what was measured (`answer_parts`):
+    ttft = r·ttft_mean,  tpot = r·tpot_mean,  r = E / (ttft_mean + tpot_mean·(N − 1))
+so r goes into both ratio histograms, and the scaled parts into the window's fits and the fast
+window, where the step-change detector sees a slowed engine through whole answers as through
+streams. A whole answer cannot say which part was slow, so both carry its deviation alike.
+
 Prefix cache: C = the request's `cached_tokens` for the endpoint, the tokens of this prompt
 predicted to be in the endpoint's prefix cache (gateway/core/prefix_index.py), already
 discounted by the index's measured precision there (EWMA of actual / predicted). The p95 counts
@@ -130,7 +138,7 @@ from policies.estimate_params import (
     ttft_coefficients,
 )
 
-__all__ = ["EndpointPrior", "EstimateParams", "Estimator", "Prediction"]
+__all__ = ["EndpointPrior", "EstimateParams", "Estimator", "Prediction", "answer_parts"]
 
 
 class Estimator:
@@ -286,6 +294,17 @@ class Estimator:
             + tail_share(error_rate) * self._error_penalty_s
         )
         return mean_s, p95_s
+
+
+def answer_parts(
+    predicted: Prediction, e2e_s: float, output_tokens: int
+) -> tuple[float, float | None]:
+    """A whole answer's (TTFT, TPOT) as the model's parts scaled to its measured time (module
+    docstring, Whole answers); TPOT None with fewer than two tokens."""
+    gaps = max(0, output_tokens - 1)
+    expected_s = predicted.ttft_mean_s + predicted.tpot_mean_s * gaps
+    r = e2e_s / expected_s if expected_s > 0 else 1.0
+    return r * predicted.ttft_mean_s, r * predicted.tpot_mean_s if gaps else None
 
 
 FIT_MEMO_SIZE = 4096

@@ -50,6 +50,11 @@ Method
     jump down would herd the next requests onto the endpoint on that noise, while a jump up at
     worst spills a few requests elsewhere for a few seconds; a speed-up shows as the window
     decays.
+    A TPOT-led step replaces the window's TPOT fit by its scaled mean, flat: a slowed engine
+    holds more requests at once, so the window's fit reads the slowdown as load (its base fell
+    to 0 and its slope took it all, live), and the next request, on an engine that traffic has
+    left, was predicted fast at its low in-flight count and sent there again 2-4 s after the
+    slowdown (tests/integration/test_whole_answer_reaction.py, streamed).
     A step also resets the measured p95 of what it scales (the ratio counts, see
     policies/estimate.py, Calibrated quantiles) to the cold spread while it holds.
 
@@ -173,4 +178,6 @@ def jumped(estimate: LatencyEstimate, step: Step | None) -> LatencyEstimate:
             fields[name] = value * scale if value is not None else None
         # the deviations measured before the step say nothing of it: the p95 starts cold
         fields["ttft_ratio_n" if names is _TTFT_FIELDS else "tpot_ratio_n"] = 0
+    if step.signal == "tpot":  # a level, not a slope: see the module docstring
+        fields.update(tpot_base_s=fields["tpot_mean_s"], tpot_per_in_flight_s=0.0)
     return dataclasses.replace(estimate, **fields)  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ from gateway.telemetry.record import Finished
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import Breakers
 from policies.base import Prediction, RouteRequest
+from policies.estimate import answer_parts
 
 
 class Leases(Protocol):
@@ -167,6 +168,9 @@ class Outcomes:
         parted = progress is not None and progress.started
         if parted and progress is not None and (tail := progress.rest()) is not None:
             self._observe_part(endpoint_id, request, "progress", now, stretch=tail)
+        ttft_s, tpot_s = result.ttft_s, result.tpot_s
+        if not request.stream and predicted is not None and result.outcome == "ok":
+            ttft_s, tpot_s = answer_parts(predicted, result.e2e_s, result.output_tokens)
         sample = LatencySample(
             at_s=now,
             ok=result.outcome != "upstream_error",
@@ -175,8 +179,8 @@ class Outcomes:
             # counting them would bias its slope low (policies/estimate.py)
             prompt_tokens=result.prompt_tokens - (result.cached_tokens or 0),
             output_tokens=result.output_tokens,
-            ttft_s=result.ttft_s,
-            tpot_s=result.tpot_s,
+            ttft_s=ttft_s,  # a whole answer's: its time split as predicted (answer_parts)
+            tpot_s=tpot_s,
             e2e_s=result.e2e_s,
             in_flight=in_flight,
             kind="rest" if parted else "whole",

@@ -2,7 +2,9 @@
 
     reaction   three engines (fast, mid, slow) and two providers; interactive chat at 6 req/s
                with a 2.5x burst from 8 s to 13 s, and `vllm-a`, the engine that takes most
-               interactive traffic, slowed 3x (`slowdown` fault) from 18 s to the end (30 s)
+               interactive traffic, slowed 3x (`slowdown` fault) from 18 s to the end (30 s);
+               `reaction(stream=False)`, offline only, asks the same requests for whole
+               answers, which the gateway sees only as each ends
 Phases by arrival (`PHASES`, for `benchmarks/reaction.py`): warm-up [0, 4) (every endpoint
 cold), steady [4, 8) and [13, 15), burst [8, 13), the run-up [15, 18) (requests still
 streaming when the slowdown strikes: no routing can save those), after the slowdown [18, 30).
@@ -50,18 +52,24 @@ def _engine(member_id: str, price_in: float, max_num_seqs: int, **params: float)
     )
 
 
-def reaction() -> Scenario:
+def reaction(stream: bool = True) -> Scenario:
+    """The scenario; `stream=False` (offline only) asks every answer whole."""
     base, peak = 6.0, 15.0
     start, end = BURST_S
     shape = RateShape.spike(base=base, peak=peak, at_s=start, length_s=end - start, end_s=END_S)
     traffic = Traffic(
-        tenant="app", slo_class="interactive", shape=shape, prompt=CHAT_PROMPT, output=CHAT_OUTPUT
+        tenant="app",
+        slo_class="interactive",
+        shape=shape,
+        prompt=CHAT_PROMPT,
+        output=CHAT_OUTPUT,
+        stream=stream,
     )
     return Scenario(
-        name="reaction",
+        name="reaction" if stream else "reaction_whole",
         description=(
-            "Chat at 6 req/s with a 2.5x burst (8-13 s) on three engines and two providers; "
-            f"{SLOWED} slows 3x from {SLOWDOWN_AT_S:g} s."
+            f"Chat{'' if stream else ' (whole answers)'} at 6 req/s with a 2.5x burst (8-13 s) on "
+            f"three engines and two providers; {SLOWED} slows 3x from {SLOWDOWN_AT_S:g} s."
         ),
         duration_s=END_S,
         classes=CLASSES,

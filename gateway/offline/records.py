@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -122,6 +122,11 @@ def served(
         predicted_ttft_p95_s=predicted_p95s[0],
         predicted_tpot_p95_s=predicted_p95s[1],
     )
+
+
+def whole_answer(record: LoadRecord) -> LoadRecord:
+    """`record` as a client that did not stream saw it: the whole answer, no first token."""
+    return replace(record, stream=False, ttft_s=None, tpot_s=None)
 
 
 def _record(request_id: str, planned: Planned, **result: Any) -> LoadRecord:

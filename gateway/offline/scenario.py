@@ -56,6 +56,7 @@ class Traffic(StrictModel):
     cv: float = Field(default=1.0, gt=0, description="inter-arrival coefficient of variation")
     prompt: LengthSpec = LengthSpec()
     output: LengthSpec = LengthSpec()
+    stream: bool = Field(default=True, description="offline: False sends whole answers")
 
 
 class FaultEvent(StrictModel):
@@ -137,6 +138,7 @@ class Scenario(StrictModel):
                             output.draw(rng),
                             traffic.tenant,
                             traffic.slo_class,
+                            stream=traffic.stream,
                         )
                     )
         return sorted(planned, key=lambda r: r.arrival_s)

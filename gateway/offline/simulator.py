@@ -38,7 +38,7 @@ from gateway.errors import AttemptFailed, GatewayError, Rejected
 from gateway.offline.flight import Flight
 from gateway.offline.gateway_model import GatewayModel, Queued, offline_config
 from gateway.offline.members import Refusal, VirtualEngine, VirtualProvider, scraped_state
-from gateway.offline.records import LoadRecord, served, unserved
+from gateway.offline.records import LoadRecord, served, unserved, whole_answer
 from gateway.offline.scenario import FaultEvent, Scenario
 from gateway.offline.session_turns import SessionTurns
 from gateway.offline.trace import PlannedRequest
@@ -178,7 +178,7 @@ class Simulator:
             slo=self._targets[planned.slo_class],
             prompt_tokens=planned.prompt_tokens,
             max_tokens=planned.output_tokens,
-            stream=True,
+            stream=planned.stream,
             seq=next(self._seq),
         )
         route = self.gateway.annotate(route, getattr(planned, "body", None))
@@ -313,6 +313,8 @@ class Simulator:
                     hit.cached = cached
             for request_id, token in result.tokens_emitted:
                 progress = (flight := flights[request_id]).progress
+                if not flight.route.stream:
+                    continue  # a whole answer: the gateway sees nothing before its end
                 if token == 0:
                     flight.first_s = now_s
                 elif now_s < progress.due_s:
@@ -336,10 +338,11 @@ class Simulator:
         self._observe(flight, now_s, "ok", 200, first_s=first_s, tpot_s=tpot_s)
         where = (flight.endpoint_id, flight.attempt, tokens, flight.decision)
         queued_s = flight.routed_s - planned.arrival_s
-        self._records[flight.index] = served(
+        record = served(
             planned, route.request_id, where, first_s, now_s, tpot_s, flight.cached, queued_s,
             _predicted_p95s(flight, planned.arrival_s),
         )  # fmt: skip
+        self._records[flight.index] = record if route.stream else whole_answer(record)
         self._turn_over(flight.index, now_s)
 
     def _observe(
@@ -354,13 +357,14 @@ class Simulator:
     ) -> None:
         """What the gateway measured for the attempt that answered (`gateway.core.outcomes`)."""
         route = flight.route
+        seen_s = first_s if route.stream else None  # a whole answer shows no first token
         result = Finished(
             outcome=outcome,
             status=status,
             prompt_tokens=route.prompt_tokens,
             output_tokens=(route.max_tokens or 0) if first_s is not None else 0,
-            ttft_s=first_s - flight.sent_s if first_s is not None else None,
-            tpot_s=tpot_s,
+            ttft_s=seen_s - flight.sent_s if seen_s is not None else None,
+            tpot_s=tpot_s if route.stream else None,
             e2e_s=now_s - flight.sent_s,
             cached_tokens=flight.cached,
         )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,13 +41,15 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class PlannedRequest:
-    """One request of a workload: when it arrives, how long it is, who sends it."""
+    """One request of a workload: when it arrives, how long it is, who sends it, and whether
+    it streams (False: its client waits for the whole answer)."""
 
     arrival_s: float
     prompt_tokens: int
     output_tokens: int
     tenant: str
     slo_class: str
+    stream: bool = field(default=True, kw_only=True)  # keyword: subclasses add positionals
 
 
 @dataclass(frozen=True, slots=True)

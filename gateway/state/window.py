@@ -31,7 +31,9 @@ Method
     across replicas exactly like every other count.
 
 Only successful requests (ok) feed TTFT, TPOT and E2E; `errors` counts every failed request
-and `throttled` those answered 429.
+and `throttled` those answered 429. A whole answer (a request that did not stream) is a `whole`
+sample whose TTFT and TPOT are its end-to-end time split as its prediction was
+(policies/estimate.py, Whole answers), so it feeds the same sums, histograms and fast window.
 
 A streamed request is observed in parts (`LatencySample.kind`, gateway/core/progress.py): its
 first token adds n and the TTFT sums; each stretch of a running stream adds its TPOT to the

@@ -6,8 +6,15 @@ from typing import Any
 
 import pytest
 
-from policies.base import EndpointSnapshot, EngineSignals, LatencyEstimate, RouteRequest, SloTarget
-from policies.estimate import EndpointPrior, EstimateParams, Estimator
+from policies.base import (
+    EndpointSnapshot,
+    EngineSignals,
+    LatencyEstimate,
+    Prediction,
+    RouteRequest,
+    SloTarget,
+)
+from policies.estimate import EndpointPrior, EstimateParams, Estimator, answer_parts
 
 PARAMS = EstimateParams()
 ESTIMATE = Estimator(PARAMS)
@@ -270,3 +277,13 @@ def test_new_statistics_for_an_endpoint_replace_what_was_worked_out_from_the_old
     assert cold.ttft_mean_s == pytest.approx(0.05 + 1e-4 * 1000)
     assert warm.ttft_mean_s == pytest.approx(0.1 + 0.001 * 1000)
     assert estimate.predict(request(), endpoint()) == cold
+
+
+def test_a_whole_answer_is_the_predicted_parts_scaled_to_its_time() -> None:
+    predicted = Prediction(0.2, 0.4, 0.02, 0.04, 11, 0.0, False)  # 0.2 + 0.02 x 10 = 0.4 s
+    ttft_s, tpot_s = answer_parts(predicted, 1.2, 11)  # 3x what was predicted
+    assert ttft_s == pytest.approx(0.6)
+    assert tpot_s == pytest.approx(0.06)
+    ttft_s, tpot_s = answer_parts(predicted, 0.3, 1)
+    assert ttft_s == pytest.approx(0.3)
+    assert tpot_s is None  # one token: no gap to time

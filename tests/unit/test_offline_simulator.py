@@ -73,6 +73,30 @@ def test_a_lone_request_takes_exactly_what_the_engine_model_says() -> None:
     assert record.tpot_s == pytest.approx((clock_s - first_s) / 9)
 
 
+def test_a_whole_answer_is_recorded_as_its_client_sees_it() -> None:
+    spec = scenario()
+    planned = PlannedRequest(0.5, 500, 10, "app", "interactive", stream=False)
+    (streamed,) = simulate(spec, plan=[PlannedRequest(0.5, 500, 10, "app", "interactive")])
+    (whole,) = simulate(spec, plan=[planned])
+    assert whole.outcome == "ok" and whole.output_tokens == 10 and not whole.stream
+    assert whole.ttft_s is None and whole.tpot_s is None  # no token before the whole answer
+    assert whole.e2e_s == pytest.approx(streamed.e2e_s)
+
+
+def test_whole_answers_teach_the_estimate_the_tpot_that_streams_show() -> None:
+    learned = {}
+    for stream in (True, False):
+        spec = scenario()
+        spec = scenario(traffic=[spec.traffic[0].model_copy(update={"stream": stream})])
+        simulator = Simulator(spec, spec.plan(), {"name": "slo_aware"})
+        simulator.run()
+        learned[stream] = simulator.gateway.view.stats("engine").latency
+    streamed, whole = learned[True], learned[False]
+    assert whole.tpot_ratio_n == streamed.tpot_ratio_n > 0  # each answer measured its deviation
+    assert whole.tpot_mean_s is not None and streamed.tpot_mean_s is not None
+    assert whole.tpot_mean_s == pytest.approx(streamed.tpot_mean_s, rel=0.1)
+
+
 def test_failover_hides_a_provider_outage() -> None:
     down = ProviderParams(faults=Faults(status_code=503), max_concurrency=64)
     spec = scenario(providers=[ProviderSpec(id="provider", params=down)])

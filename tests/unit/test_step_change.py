@@ -53,6 +53,14 @@ def test_a_3x_slowdown_starts_a_step_and_the_estimate_jumps() -> None:
     assert jumped(WINDOW, None) is WINDOW
 
 
+def test_a_tpot_step_is_a_level_whatever_the_load() -> None:
+    # the window's fit read the slowdown as load: no base, all slope (a slowed engine holds more)
+    confounded = dataclasses.replace(WINDOW, tpot_base_s=0.0, tpot_per_in_flight_s=0.004)
+    stepped = jumped(confounded, Step(1.5, "tpot", 100.0, 100.0))
+    assert stepped.tpot_per_in_flight_s == 0.0  # one request in flight is no faster than ten
+    assert stepped.tpot_base_s == stepped.tpot_mean_s == pytest.approx(0.045)
+
+
 def test_noise_below_the_threshold_and_speed_ups_do_not_start_one() -> None:
     assert follow(None, _replace(fast(0.04)), PARAMS, at_s=0.0) is None  # 1.33x
     assert follow(None, _replace(fast(0.01)), PARAMS, at_s=0.0) is None  # 3x faster
