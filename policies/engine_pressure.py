@@ -27,6 +27,7 @@ from typing import NamedTuple
 from policies.base import EndpointSnapshot
 from policies.estimate_params import EndpointFit
 
+_new_tuple = tuple.__new__
 MAX_RECOMPUTE_SHARE = 0.9  # the engine's time spent re-prefilling victims, at most (stretch 10)
 
 
@@ -54,7 +55,7 @@ def fused_load(snapshot: EndpointSnapshot, fit: EndpointFit, half_life_s: float)
         queued, running = float(in_flight - slots), float(slots)
     engine = snapshot.engine
     if engine is None or engine.age_s is None:
-        return Load(queued, running, 0.0, 1.0)
+        return _new_tuple(Load, (queued, running, 0.0, 1.0))
     trust = 0.5 ** (engine.age_s / half_life_s) if engine.age_s > 0 else 1.0
     waiting = engine.waiting if engine.waiting_for_capacity is None else engine.waiting_for_capacity
     if waiting is not None:  # moved towards the gauge as far as it is trusted
@@ -65,4 +66,4 @@ def fused_load(snapshot: EndpointSnapshot, fit: EndpointFit, half_life_s: float)
         queued = max(queued, float(in_flight - limit))
     preempting = engine.preemptions_per_s
     stretch = recompute_stretch(trust * preempting, fit.mean_service_s) if preempting else 1.0
-    return Load(queued, running, trust, stretch)
+    return _new_tuple(Load, (queued, running, trust, stretch))  # as Prediction: estimate.py

@@ -214,15 +214,20 @@ class Estimator:
         if fit.tpot_base_s is not None:
             observed_s = fit.tpot_base_s + fit.tpot_slope_s * (snapshot.in_flight + 1)
             tpot_mean_s += fit.warmth * (observed_s - tpot_mean_s)
-        return Prediction(
-            ahead_s + fit.penalty_mean_s,
-            ttft_p95_s,
-            tpot_mean_s,
-            tpot_mean_s * fit.tpot_scale,
-            self.default_output_tokens if request.max_tokens is None else request.max_tokens,
-            load.queued,
-            fit.cold,
-            fit.uncertainty,
+        # built once per endpoint per request: tuple.__new__ on the values costs half of
+        # Prediction(...) (0.11 against 0.26 µs), a twentieth of a 20-endpoint decision
+        return _new_tuple(
+            Prediction,
+            (
+                ahead_s + fit.penalty_mean_s,
+                ttft_p95_s,
+                tpot_mean_s,
+                tpot_mean_s * fit.tpot_scale,
+                self.default_output_tokens if request.max_tokens is None else request.max_tokens,
+                load.queued,
+                fit.cold,
+                fit.uncertainty,
+            ),
         )
 
     def predict_all(
@@ -308,3 +313,4 @@ def answer_parts(
 
 
 FIT_MEMO_SIZE = 4096
+_new_tuple = tuple.__new__
