@@ -57,6 +57,7 @@ def measure_tenants(records: Sequence[LoadRecord], scenario: PrefixScenario) -> 
         met = sum(record_meets_slo(r, scenario.classes[r.slo_class]) for r in mine)
         waits = sorted(r.queued_s for r in answered)
         found[f"{tenant}_attainment"] = met / len(mine) if mine else float("nan")
+        found[f"{tenant}_requests"] = float(len(mine))
         found[f"{tenant}_served_tokens"] = float(sum(_served(r) for r in answered))
         found[f"{tenant}_wait_p50_s"] = percentile(waits, 50) or 0.0
         found[f"{tenant}_wait_p95_s"] = percentile(waits, 95) or 0.0

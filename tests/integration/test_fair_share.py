@@ -130,10 +130,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Measures]:
 @pytest.mark.timeout(600)
 def test_under_a_burst_the_quiet_tenant_keeps_its_attainment(live: dict[str, Measures]) -> None:
     """Within 3 points of its attainment without the burst; first come, first served loses
-    more than that (so the scenario can tell the two apart)."""
+    more than that (so the scenario can tell the two apart). The quiet tenant sends about 20
+    requests in the live run, so one request is more than 3 points: the tolerance is the
+    larger of the two (it missed one of 21 in 1 run of 2 on a quiet host)."""
     alone = live["alone"][f"{QUIET}_attainment"]
-    assert live["fair"][f"{QUIET}_attainment"] >= alone - 0.03, live
-    assert live["fifo"][f"{QUIET}_attainment"] < alone - 0.03, live
+    tolerance = max(0.03, 1.0 / live["fair"][f"{QUIET}_requests"])
+    assert live["fair"][f"{QUIET}_attainment"] >= alone - tolerance, live
+    assert live["fifo"][f"{QUIET}_attainment"] < alone - tolerance, live
 
 
 @needs_locust
