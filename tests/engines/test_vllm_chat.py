@@ -52,7 +52,9 @@ def test_stream_chat_relays_vllms_chunks_then_usage(client: openai.OpenAI) -> No
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 8
 
 
-def test_an_over_long_prompt_gets_vllms_400_as_an_openai_error(client: openai.OpenAI) -> None:
+def test_an_over_long_prompt_is_refused_by_the_window_vllm_reports(client: openai.OpenAI) -> None:
+    """The gateway learns the engine's max_model_len from vLLM's /v1/models and refuses a
+    prompt that cannot fit before sending it, as the OpenAI error vLLM would give."""
     with pytest.raises(openai.BadRequestError) as error:
         client.chat.completions.create(
             model=PUBLIC_MODEL,
@@ -60,8 +62,9 @@ def test_an_over_long_prompt_gets_vllms_400_as_an_openai_error(client: openai.Op
             max_tokens=8,
         )
     assert error.value.status_code == 400
-    assert error.value.param == "input_tokens"
-    assert "maximum context length is 4096 tokens" in error.value.message
+    assert error.value.code == "context_length_exceeded"
+    assert error.value.param == "messages"
+    assert "context window of 4096 tokens" in error.value.message
 
 
 def running(server: VllmServer) -> float:

@@ -218,7 +218,7 @@ def test_header_with_cr_lf_or_nul_is_refused_as_a_bad_request(gateway: str, head
 
 
 @pytest.mark.redis
-def test_huge_max_tokens_against_a_token_limit_is_a_429_and_redis_stays_up(
+def test_huge_max_tokens_against_a_token_limit_is_a_400_and_redis_stays_up(
     redis_url: str, key_prefix: str
 ) -> None:
     limits = {"tokens_per_min": 100_000, "max_concurrent": 5}
@@ -232,9 +232,10 @@ def test_huge_max_tokens_against_a_token_limit_is_a_429_and_redis_stays_up(
         ]
         readyz = httpx.get(gateway + "/readyz").json()
         ok = httpx.post(gateway + CHAT, json=chat_body(max_tokens=2), headers=AUTH)
-    # A reservation is capped at the limit, so the first is admitted into the empty window and
-    # refused by the engine (beyond its max_model_len, as vLLM says); it settles on its prompt,
-    # and the next two, capped at the whole window too, do not fit beside it.
-    assert [r.status_code for r in huge] == [400, 429, 429]
-    assert {r.json()["error"]["code"] for r in huge[1:]} == {"tenant_token_limited"}
+    # Each reservation is capped at the limit (the atomic admission's arithmetic stays in
+    # range), is admitted into the window, and the request is then refused before it is sent:
+    # it does not fit the engine's context window (max_model_len, from its /v1/models). Its
+    # reservation goes back, so the next is admitted and refused the same way.
+    assert [r.status_code for r in huge] == [400, 400, 400]
+    assert {r.json()["error"]["code"] for r in huge} == {"context_length_exceeded"}
     assert readyz["shared_state"] == "up" and ok.status_code == 200
