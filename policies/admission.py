@@ -48,15 +48,21 @@ and are judged as the router ranks, by `policies.slo_aware.ratio` (≤ 1 meets t
     cold one's prior alone never refuses), slo_aware's meets and unproven tiers
                     Admit (the ranking puts those first: another endpoint than the loaded one
                     is a spill); a request that would queue waits, as above
-    none meets it, but one is idle (nothing in flight or queued) and its prior meets it
+    none meets it at its p95, but one at its predicted mean
+                    Admit, at risk (slo_aware's `slo_at_risk`): more likely met than not.
+                    Refusing these too cost more than it freed, offline, where they mostly
+                    met their targets (docs/slo-guide.md, section 6c)
+    none meets it even at its mean, but one is idle (nothing in flight or queued) and its
+    prior meets it
                     Explore there: its statistics, measured under a past load perhaps, only
                     change once it serves again
-    none meets it, but one would when idle (the same prediction with nothing in flight)
+    none meets it even at its mean, but one would when idle (the same prediction with
+    nothing in flight, at its p95)
                     Reject at once, by load: 429 sheddable, 503 otherwise, `overloaded`, with
                     Retry-After = the least excess of a binding p95 over its target, in whole
                     seconds (≥ 1): the queued work that must drain first. Never a wait that the
                     prediction says cannot succeed. A deadline class is judged by its deadline
-                    (the p95 of its whole answer), so it queues while that can be met. The
+                    (the prediction of its whole answer), so it queues while that can be met. The
                     gateway admits instead a request whose fairness key is served less than
                     every other key active in its class (policies/fair_share.py): the load is
                     theirs, and theirs are refused.
@@ -403,7 +409,7 @@ def by_prediction(
     request's predictions there with nothing in flight (as measured, by the prior alone),
     asked for only when none meets; none: unknown, so a miss counts as load."""
     predictions = ranking.predictions
-    if not predictions or any(_within_optimistic(slo, p, stream) for p in predictions):
+    if not predictions or any(_may_meet(slo, p, stream) for p in predictions):
         return ADMIT
     unloaded = idle()
     for index, (snapshot, (_, prior)) in enumerate(zip(ranking.endpoints, unloaded, strict=False)):
@@ -422,6 +428,14 @@ def by_prediction(
 
 
 UNMEETABLE_RETRY_S = 60.0  # the same request will not meet its target sooner: not soon
+
+
+def _may_meet(slo: SloTarget, prediction: Prediction, stream: bool) -> bool:
+    """Meets at its optimistic p95, or at its mean (at risk, more likely met than not)."""
+    if _within_optimistic(slo, prediction, stream):
+        return True
+    mean = prediction._replace(ttft_p95_s=prediction.ttft_mean_s, tpot_p95_s=prediction.tpot_mean_s)
+    return ratio(slo, mean, stream) <= 1.0
 
 
 def _within_optimistic(slo: SloTarget, prediction: Prediction, stream: bool) -> bool:

@@ -89,6 +89,11 @@ def test_admits_to_an_endpoint_that_meets_the_class_and_spills_past_a_loaded_one
     assert decision.endpoints[0].endpoint_id == "idle" and decision.reason == "slo_met"
 
 
+def test_admits_at_risk_what_is_predicted_to_meet_at_its_mean_but_not_its_p95() -> None:
+    decision = decide([endpoint("a", waiting=2)])  # mean about 0.45 s, p95 about 0.54 s
+    assert isinstance(decision, Ranking) and decision.reason == "slo_at_risk"
+
+
 def test_refuses_at_once_by_load_with_a_retry_after_from_the_drain() -> None:
     decision = decide([endpoint("a", waiting=20), endpoint("b", waiting=40)])
     assert isinstance(decision, Reject)
