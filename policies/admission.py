@@ -62,10 +62,12 @@ and are judged as the router ranks, by `policies.slo_aware.ratio` (≤ 1 meets t
                     Retry-After = the least excess of a binding p95 over its target, in whole
                     seconds (≥ 1): the queued work that must drain first. Never a wait that the
                     prediction says cannot succeed. A deadline class is judged by its deadline
-                    (the prediction of its whole answer), so it queues while that can be met. The
-                    gateway admits instead a request whose fairness key is served less than
-                    every other key active in its class (policies/fair_share.py): the load is
-                    theirs, and theirs are refused.
+                    (the prediction of its whole answer), so it queues while that can be met.
+                    The gateway spares a request the load is others' (and refuses theirs): a
+                    non-sheddable one while sheddable requests of its model are in flight
+                    (sheddable ones are then refused for a second, as while one waits in the
+                    queue), or one whose fairness key is served less than every other key
+                    active in its class (policies/fair_share.py).
     none meets it even idle (its own size: a prompt whose prefill alone exceeds the target),
     that is on no endpoint with nothing in flight, neither by its measured statistics (p95)
     nor by its prior alone (optimistic p95 = p95 / u²): a fit measured under load holds that

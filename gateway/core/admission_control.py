@@ -12,7 +12,7 @@ a future, the dispatcher task, metrics and error responses.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
@@ -59,6 +59,8 @@ from policies.slo_aware import binding
 TENANT_WINDOW_S = 60.0
 BEST_EFFORT = "best_effort"  # the decision of a request no endpoint can serve within its SLO
 DISPATCH_TICK_S = 0.02
+# A request spared a refusal by load keeps sheddable ones of its model out this long.
+SPARED_HOLD_S = 1.0
 DISPATCH_PER_TICK = 4  # engine gauges lag: pace dispatches so one tick cannot flood an endpoint
 
 Snapshots = Callable[[], Sequence[EndpointSnapshot]]
@@ -154,6 +156,9 @@ class AdmissionControl(Generic[W]):
         self.fair = fair or FairShare()
         self.deferred: set[str] = set()  # request ids waiting that a later one of theirs passed
         self._largest_pool_tokens: int | None = None  # the largest engine KV pool scraped
+        # request ids of sheddable requests admitted and not finished, by model
+        self._sheddable_in_flight: defaultdict[str, set[str]] = defaultdict(set)
+        self._spared_at: dict[str, float] = {}  # model -> when a request was last spared
 
     def reconfigure(
         self,
@@ -224,7 +229,7 @@ class AdmissionControl(Generic[W]):
             states.values(),
             self.params,
             now_s=now,
-            queued=self.queued.get(route.model, 0),
+            queued=self.queued.get(route.model, 0) + self._held(route.model, now),
         )
         if not isinstance(decision, Admit):
             return decision, []
@@ -252,9 +257,9 @@ class AdmissionControl(Generic[W]):
         ranking = rank(eligible if isinstance(decision, Admit) else current)
         verdict = judge(route, ranking, estimator)
         if isinstance(verdict, Reject):
-            if verdict.reason != Reason.OVERLOADED or not self._least_served(route, now):
+            if verdict.reason != Reason.OVERLOADED or not self._spared(route, now):
                 return verdict
-            verdict = ADMIT  # the load is other keys': fair share refuses theirs first
+            verdict = ADMIT  # the load is others': theirs are refused first
         if isinstance(decision, Queue):
             if isinstance(verdict, BestEffort):  # it cannot meet its target: waits as long as any
                 return Queue(now + self.params.queue_max_wait_s)
@@ -262,6 +267,20 @@ class AdmissionControl(Generic[W]):
         if isinstance(verdict, Explore):
             return first(route, ranking, verdict.index)
         return ranking._replace(reason=BEST_EFFORT) if isinstance(verdict, BestEffort) else ranking
+
+    def _spared(self, route: RouteRequest, now: float) -> bool:
+        """Whether a refusal by load spares this request, the load being others': it is not
+        sheddable while sheddable requests of its model are in flight (they are then refused
+        for SPARED_HOLD_S, as while a request waits in the queue), or its fairness key is the
+        least served of its class (`_least_served`)."""
+        if not route.slo.sheddable and self._sheddable_in_flight[route.model]:
+            self._spared_at[route.model] = now
+            return True
+        return self._least_served(route, now)
+
+    def _held(self, model: str, now: float) -> int:
+        """1 within SPARED_HOLD_S of sparing a request of `model`, else 0."""
+        return 1 if now - self._spared_at.get(model, -SPARED_HOLD_S) < SPARED_HOLD_S else 0
 
     def _least_served(self, route: RouteRequest, now: float) -> bool:
         """Whether the request's fairness key is served less than every other key active in
@@ -281,6 +300,8 @@ class AdmissionControl(Generic[W]):
         """The fairness counter of an admitted request's key, charged its estimate."""
         estimate = route.prompt_tokens + (route.max_tokens or self.params.default_output_tokens)
         self.fair.admitted(route, estimate)
+        if route.slo.sheddable:
+            self._sheddable_in_flight[route.model].add(route.request_id)
 
     def eligible(
         self, route: RouteRequest, current: Sequence[EndpointSnapshot]
@@ -470,6 +491,7 @@ class AdmissionControl(Generic[W]):
 
     def finished(self, route: RouteRequest, now: float) -> None:
         """Give back the tenant's concurrency slot (a no-op for tenants without one)."""
+        self._sheddable_in_flight[route.model].discard(route.request_id)
         limits = self.limits.get(route.tenant)
         if limits is not None and limits.max_concurrent:
             self.spawn(self.store.release_tenant(route.tenant, route.request_id, now=now))

@@ -56,8 +56,10 @@ def endpoint(
     return EndpointSnapshot(endpoint_id, "vllm", in_flight=in_flight, engine=signals, latency=stats)
 
 
-def request(slo: SloTarget = CHAT, prompt_tokens: int = 1000, tenant: str = "app") -> RouteRequest:
-    return RouteRequest("r", "m", tenant, slo, prompt_tokens, 50, True)
+def request(
+    slo: SloTarget = CHAT, prompt_tokens: int = 1000, tenant: str = "app", request_id: str = "r"
+) -> RouteRequest:
+    return RouteRequest(request_id, "m", tenant, slo, prompt_tokens, 50, True)
 
 
 def control() -> AdmissionControl[Any]:
@@ -175,3 +177,18 @@ def test_the_least_served_key_of_its_class_is_not_refused_for_the_others_load() 
     alone = control()  # the only active key: refused like any other
     alone.fair.shared["chat"] = Counters({"quiet": 1_000.0}, {"quiet": NOW_S - 1})
     assert isinstance(decide(loaded, request(tenant="quiet"), admission=alone), Reject)
+
+
+def test_a_non_sheddable_request_is_spared_while_sheddable_ones_hold_the_load() -> None:
+    admission = control()
+    batch = SloTarget("batch", deadline_s=60.0, sheddable=True)
+    first = request(batch, request_id="batch-1")
+    assert isinstance(decide([endpoint("idle")], first, admission=admission), Ranking)
+    loaded = [endpoint("a", waiting=20)]
+    spared = decide(loaded, request(request_id="chat-1"), admission=admission)
+    assert isinstance(spared, Ranking)  # the load is the batch's: it is not refused for it
+    held = decide([endpoint("idle")], request(batch, request_id="batch-2"), admission=admission)
+    assert isinstance(held, Reject) and held.status == 429  # meanwhile batch stays out
+    admission.finished(first, NOW_S)
+    refused = decide(loaded, request(request_id="chat-2"), admission=admission)
+    assert isinstance(refused, Reject) and refused.reason == Reason.OVERLOADED
