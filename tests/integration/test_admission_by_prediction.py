@@ -8,6 +8,7 @@ import contextlib
 import threading
 import time
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -86,6 +87,13 @@ def test_overload_is_refused_at_once_and_an_oversized_prompt_is_served_best_effo
                     max_tokens=4,
                 )
             refusals.append((time.perf_counter() - started, refused.value))
+        claude = anthropic.Anthropic(base_url=gateway.base_url, api_key=TENANT_KEY, max_retries=0)
+        with pytest.raises(anthropic.APIStatusError) as messages_refused:
+            claude.messages.create(
+                model=PUBLIC_MODEL,
+                messages=[{"role": "user", "content": prompt(2000, "messages")}],
+                max_tokens=4,
+            )
         metrics = httpx.get(gateway.base_url + "/metrics").text
     assert oversized.http_response.status_code == 200 and answered
     assert oversized.headers["x-slo-gateway-decision"] == "best_effort"
@@ -95,3 +103,8 @@ def test_overload_is_refused_at_once_and_an_oversized_prompt_is_served_best_effo
         assert error.status_code == 503
         assert error.code == "overloaded"
         assert int(error.response.headers["retry-after"]) >= 1
+    # the Messages API's own error shape
+    messages_error = messages_refused.value
+    assert messages_error.status_code == 503
+    assert messages_error.response.json()["error"]["type"] == "overloaded_error"
+    assert messages_error.response.headers["x-slo-gateway-reason"] == "overloaded"
