@@ -39,12 +39,48 @@ Decision for a request (after tenant limits, which the gateway applies)
 So a non-sheddable request is never refused while a sheddable one of the same model would be
 admitted: the sheddable one needs an OPEN endpoint and an empty queue, and either admits the
 non-sheddable one.
+
+By prediction (`by_prediction`, on the routing policy's ranking of the endpoints the thresholds
+leave it, or of all of them when it would queue): the ranking's predictions are the routing
+estimate's calibrated p95s (policies/estimate.py: queued prefill and running decode included)
+and are judged as the router ranks, by `policies.slo_aware.ratio` (≤ 1 meets the class).
+    some endpoint meets it at its optimistic p95 (p95 / u²: at its p95 once warm, u = 1; a
+    cold one's prior alone never refuses), slo_aware's meets and unproven tiers
+                    Admit (the ranking puts those first: another endpoint than the loaded one
+                    is a spill); a request that would queue waits, as above
+    none meets it at its p95, but one at its predicted mean
+                    Admit, at risk (slo_aware's `slo_at_risk`): more likely met than not.
+                    Refusing these too cost more than it freed, offline, where they mostly
+                    met their targets (docs/slo-guide.md, section 6c)
+    none meets it even at its mean, but one is idle (nothing in flight or queued) and its
+    prior meets it
+                    Explore there: its statistics, measured under a past load perhaps, only
+                    change once it serves again
+    none meets it even at its mean, but one would when idle (the same prediction with
+    nothing in flight, at its p95)
+                    Reject at once, by load: 429 sheddable, 503 otherwise, `overloaded`, with
+                    Retry-After = the least excess of a binding p95 over its target, in whole
+                    seconds (≥ 1): the queued work that must drain first. Never a wait that the
+                    prediction says cannot succeed. A deadline class is judged by its deadline
+                    (the prediction of its whole answer), so it queues while that can be met.
+                    The gateway spares a request the load is others' (and refuses theirs): a
+                    non-sheddable one while sheddable requests of its model are in flight
+                    (sheddable ones are then refused for a second, as while one waits in the
+                    queue), or one whose fairness key is served less than every other key
+                    active in its class (policies/fair_share.py).
+    none meets it even idle (its own size: a prompt whose prefill alone exceeds the target),
+    that is on no endpoint with nothing in flight, neither by its measured statistics (p95)
+    nor by its prior alone (optimistic p95 = p95 / u²): a fit measured under load holds that
+    load's queueing, so alone it would call load size
+                    BestEffort: served on the ranking as it is and flagged (`best_effort`);
+                    a class with `when_unmeetable: reject` refuses it at once (`unmeetable`)
+A policy that predicts nothing (least_loaded, ...) leaves the thresholds alone to decide.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from functools import cached_property
@@ -52,8 +88,9 @@ from typing import Any, Literal, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies.base import EndpointSnapshot, SloTarget
+from policies.base import EndpointSnapshot, LatencyEstimate, Prediction, Ranking, SloTarget
 from policies.deadline_queue import can_still_meet
+from policies.slo_aware import binding, ratio
 
 
 class Reason(StrEnum):
@@ -67,6 +104,8 @@ class Reason(StrEnum):
     RESERVED_FOR_HIGHER_PRIORITY = "reserved_for_higher_priority"
     DEADLINE_UNREACHABLE = "deadline_unreachable"
     QUEUE_FULL = "queue_full"
+    OVERLOADED = "overloaded"  # no endpoint's p95 meets the target now, by load
+    UNMEETABLE = "unmeetable"  # none would meet it idle either, and the class says reject
 
 
 class Limits(NamedTuple):
@@ -150,8 +189,25 @@ class Queue:
     deadline_s: float  # absolute, on the clock of the `now_s` passed to `decide`
 
 
+@dataclass(frozen=True, slots=True)
+class BestEffort:
+    """Admitted although no endpoint can meet the target, even idle: served on the best
+    prediction, and flagged."""
+
+
+@dataclass(frozen=True, slots=True)
+class Explore:
+    """Admitted to the idle endpoint at `index` of the ranking, whose statistics (measured
+    under a past load, perhaps) only serving it can bring up to date."""
+
+    index: int
+
+
 Decision = Admit | Reject | Queue
+UNMEASURED = LatencyEstimate()  # no statistics: an estimate falls back on the prior
+Verdict = Admit | BestEffort | Explore | Reject  # `by_prediction`'s, on a ranking
 ADMIT = Admit()
+BEST_EFFORT = BestEffort()
 
 
 def pressure(
@@ -341,3 +397,71 @@ def queue_budget_s(slo: SloTarget, params: AdmissionParams) -> float:
     """How long a request of this class may wait: its TTFT target, capped by the queue's."""
     target_s = slo.ttft_s if slo.ttft_s is not None else slo.deadline_s
     return min(target_s if target_s is not None else math.inf, params.queue_max_wait_s)
+
+
+def by_prediction(
+    slo: SloTarget,
+    stream: bool,
+    ranking: Ranking,
+    idle: Callable[[], Sequence[tuple[Prediction, Prediction]]],
+) -> Verdict:
+    """Admit, serve best effort or refuse one ranked request by the routing prediction (the
+    module's docstring, "By prediction"). `ranking`: the endpoints and their predictions (none:
+    the policy predicts nothing, so admitted); `idle()`: for each of its endpoints, the
+    request's predictions there with nothing in flight (as measured, by the prior alone),
+    asked for only when none meets; none: unknown, so a miss counts as load."""
+    predictions = ranking.predictions
+    if not predictions or any(_may_meet(slo, p, stream) for p in predictions):
+        return ADMIT
+    unloaded = idle()
+    for index, (snapshot, (_, prior)) in enumerate(zip(ranking.endpoints, unloaded, strict=False)):
+        idle_now = not snapshot.in_flight and predictions[index].queued < 0.5
+        if idle_now and _within_optimistic(slo, prior, stream):
+            return Explore(index)
+    if unloaded and not any(
+        _within_optimistic(slo, measured, stream) or _within_optimistic(slo, prior, stream)
+        for measured, prior in unloaded
+    ):
+        if slo.when_unmeetable == "reject":
+            return Reject(429 if slo.sheddable else 503, Reason.UNMEETABLE, UNMEETABLE_RETRY_S)
+        return BEST_EFFORT
+    status: Literal[429, 503] = 429 if slo.sheddable else 503
+    return Reject(status, Reason.OVERLOADED, drain_s(slo, stream, predictions))
+
+
+UNMEETABLE_RETRY_S = 60.0  # the same request will not meet its target sooner: not soon
+
+
+def _may_meet(slo: SloTarget, prediction: Prediction, stream: bool) -> bool:
+    """Meets at its optimistic p95, or at its mean (at risk, more likely met than not)."""
+    if _within_optimistic(slo, prediction, stream):
+        return True
+    mean = prediction._replace(ttft_p95_s=prediction.ttft_mean_s, tpot_p95_s=prediction.tpot_mean_s)
+    return ratio(slo, mean, stream) <= 1.0
+
+
+def _within_optimistic(slo: SloTarget, prediction: Prediction, stream: bool) -> bool:
+    """Meets at its optimistic p95 (p95 / u²; warm, u = 1: at its p95): slo_aware's meets
+    and unproven tiers, which it ranks first."""
+    uncertainty = prediction.uncertainty
+    return ratio(slo, prediction, stream) <= uncertainty * uncertainty
+
+
+def drain_s(slo: SloTarget, stream: bool, predictions: Sequence[Prediction]) -> float:
+    """Whole seconds, at least 1, until the best endpoint would meet the target: by how much
+    its binding p95 exceeds the target (the queued work ahead that must drain first)."""
+    excess_s = math.inf
+    for prediction in predictions:
+        _, p95_s, target_s = binding(slo, prediction, stream)
+        if p95_s is not None and target_s is not None:
+            excess_s = min(excess_s, p95_s - target_s)
+    return float(max(1, math.ceil(excess_s))) if excess_s < math.inf else 1.0
+
+
+def idle(snapshot: EndpointSnapshot) -> tuple[EndpointSnapshot, EndpointSnapshot]:
+    """The endpoint with nothing in flight and no engine load, as measured and as its prior
+    alone has it: what a request's own size costs there. Both, since a fit measured under
+    load holds that load's queueing (its base and calibration grow with it), and a prior
+    alone is only a guess about this endpoint."""
+    unloaded = snapshot._replace(in_flight=0, in_flight_tokens=0, prefill_tokens=0, engine=None)
+    return unloaded, unloaded._replace(latency=UNMEASURED)

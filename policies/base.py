@@ -53,6 +53,9 @@ class SloTarget:
     # output tokens a request without max_tokens is expected to write (None: admission's
     # default_output_tokens): its KV footprint, its token reservation and its predicted cost
     default_output_tokens: int | None = None
+    # a request that misses its targets on every endpoint even idle (by its own size): served
+    # on the best prediction and flagged, or refused (policies/admission.py, "By prediction")
+    when_unmeetable: Literal["best_effort", "reject"] = "best_effort"
 
     def answer_budget_s(self, output_tokens: int) -> float | None:
         """How long a non-streamed answer of `output_tokens` may take: the TTFT target plus the

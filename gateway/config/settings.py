@@ -249,6 +249,11 @@ class SloClassConfig(StrictModel):
         description="output expected without max_tokens: reserved against tokens_per_min and "
         "priced against budgets (default: admission.default_output_tokens)",
     )
+    when_unmeetable: Literal["best_effort", "reject"] = Field(
+        "best_effort",
+        description="a request that no endpoint can serve within the targets even idle (by "
+        "its own size): served best effort and flagged, or refused at once",
+    )
 
     def target(self, name: str) -> SloTarget:
         def seconds(ms: float | None) -> float | None:
@@ -262,6 +267,7 @@ class SloClassConfig(StrictModel):
             priority=self.priority,
             sheddable=self.sheddable,
             default_output_tokens=self.default_output_tokens,
+            when_unmeetable=self.when_unmeetable,
         )
 
 

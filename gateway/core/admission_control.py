@@ -1,4 +1,5 @@
-"""Admission before routing: tenant limits, saturation, shedding, the deadline queue.
+"""Admission before routing: tenant limits, saturation, shedding, the deadline queue, and
+admission by the routing prediction (`decide`).
 
 The decisions are pure (`policies/admission.py`); `AdmissionControl` holds what they need across
 requests: each endpoint's previous saturation (for hysteresis), the deadline queue, and the
@@ -11,7 +12,7 @@ a future, the dispatcher task, metrics and error responses.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
@@ -29,27 +30,41 @@ from gateway.state.store import (
 )
 from gateway.state.usage import BudgetQuota, Settlement, UsageLine
 from policies.admission import (
+    ADMIT,
     AdmissionParams,
     Admit,
+    BestEffort,
     Decision,
+    Explore,
+    Queue,
     Reason,
     Reject,
     Saturation,
+    Verdict,
     admission_states,
+    by_prediction,
     decide,
     has_headroom,
+    idle,
     next_saturations,
     request_states,
     with_headroom,
 )
-from policies.base import EndpointSnapshot, RouteRequest
+from policies.base import EndpointSnapshot, Prediction, Ranking, RouteRequest, RoutingPolicy
 from policies.deadline_queue import DeadlineQueue
+from policies.estimate import Estimator
+from policies.fair_share import ACTIVE_S
+from policies.slo_aware import binding
 
 TENANT_WINDOW_S = 60.0
+BEST_EFFORT = "best_effort"  # the decision of a request no endpoint can serve within its SLO
 DISPATCH_TICK_S = 0.02
+# A request spared a refusal by load keeps sheddable ones of its model out this long.
+SPARED_HOLD_S = 1.0
 DISPATCH_PER_TICK = 4  # engine gauges lag: pace dispatches so one tick cannot flood an endpoint
 
 Snapshots = Callable[[], Sequence[EndpointSnapshot]]
+Rank = Callable[[Sequence[EndpointSnapshot]], Ranking]  # the routing policy's, on candidates
 TENANT_RETRY_AFTER_S = TENANT_WINDOW_S / 6  # a tenant window moves on in slots of this size
 # A stream's tokens are charged to its tenant's window at most this often: the overshoot a
 # window can see is what streams in flight write in this time beyond their reservations.
@@ -71,6 +86,11 @@ _MESSAGES = {
     "classes; retry later.",
     Reason.DEADLINE_UNREACHABLE: "The request cannot be served within its SLO deadline.",
     Reason.QUEUE_FULL: "The admission queue is full; retry later.",
+    Reason.OVERLOADED: "No endpoint can serve this request within its SLO now; retry after "
+    "Retry-After, when the queued work is predicted to have drained.",
+    Reason.UNMEETABLE: "No endpoint can serve this request within its SLO, even idle (it is "
+    "too large for its class's targets), and its class refuses such requests; retrying will "
+    "not help: send it shorter or in a class with looser targets.",
 }
 
 
@@ -136,6 +156,9 @@ class AdmissionControl(Generic[W]):
         self.fair = fair or FairShare()
         self.deferred: set[str] = set()  # request ids waiting that a later one of theirs passed
         self._largest_pool_tokens: int | None = None  # the largest engine KV pool scraped
+        # request ids of sheddable requests admitted and not finished, by model
+        self._sheddable_in_flight: defaultdict[str, set[str]] = defaultdict(set)
+        self._spared_at: dict[str, float] = {}  # model -> when a request was last spared
 
     def reconfigure(
         self,
@@ -206,17 +229,79 @@ class AdmissionControl(Generic[W]):
             states.values(),
             self.params,
             now_s=now,
-            queued=self.queued.get(route.model, 0),
+            queued=self.queued.get(route.model, 0) + self._held(route.model, now),
         )
         if not isinstance(decision, Admit):
             return decision, []
         self._charge(route)
         return decision, self._eligible(route, current, states)
 
+    def decide(
+        self,
+        route: RouteRequest,
+        current: Sequence[EndpointSnapshot],
+        now: float,
+        rank: Rank,
+        estimator: Estimator | None,
+    ) -> Reject | Queue | Ranking:
+        """Admission by thresholds (`admit`), then by the routing prediction on `rank`'s
+        ranking of the candidates they leave (of all of them when the request would queue):
+        policies/admission.py, "By prediction". `estimator`: the policy's (`estimator_of`),
+        for the request on idle endpoints. The ranking when the request goes now (its reason
+        `best_effort` or `explore` when admission chose so); a refusal by load spares the
+        least-served fairness key of the class (`_least_served`); a refused request's
+        fairness charge goes back as any failed one's does."""
+        decision, eligible = self.admit(route, current, now)
+        if isinstance(decision, Reject):
+            return decision
+        ranking = rank(eligible if isinstance(decision, Admit) else current)
+        verdict = _judged(route, ranking, estimator)
+        if isinstance(verdict, Reject):
+            if verdict.reason != Reason.OVERLOADED or not self._spared(route, now):
+                return verdict
+            verdict = ADMIT  # the load is others': theirs are refused first
+        if isinstance(decision, Queue):
+            if isinstance(verdict, BestEffort):  # it cannot meet its target: waits as long as any
+                return Queue(now + self.params.queue_max_wait_s)
+            return decision
+        if isinstance(verdict, Explore):
+            return _explored_first(route, ranking, verdict.index)
+        return ranking._replace(reason=BEST_EFFORT) if isinstance(verdict, BestEffort) else ranking
+
+    def _spared(self, route: RouteRequest, now: float) -> bool:
+        """Whether a refusal by load spares this request, the load being others': it is not
+        sheddable while sheddable requests of its model are in flight (they are then refused
+        for SPARED_HOLD_S, as while a request waits in the queue), or its fairness key is the
+        least served of its class (`_least_served`)."""
+        if not route.slo.sheddable and self._sheddable_in_flight[route.model]:
+            self._spared_at[route.model] = now
+            return True
+        return self._least_served(route, now)
+
+    def _held(self, model: str, now: float) -> int:
+        """1 within SPARED_HOLD_S of sparing a request of `model`, else 0."""
+        return 1 if now - self._spared_at.get(model, -SPARED_HOLD_S) < SPARED_HOLD_S else 0
+
+    def _least_served(self, route: RouteRequest, now: float) -> bool:
+        """Whether the request's fairness key is served less than every other key active in
+        its class (with fair share on): then the load it would be refused for is theirs."""
+        counters = self.fair.shared.get(route.slo.name)
+        if not self.params.fair_share or counters is None:
+            return False
+        key, since_s = fairness_key(route), now - ACTIVE_S
+        others = [k for k, seen_s in counters.seen_s.items() if k != key and seen_s >= since_s]
+        if not others:
+            return False
+        level = self.fair.level
+        own = level(route.slo.name, key, now)
+        return all(own < level(route.slo.name, other, now) for other in others)
+
     def _charge(self, route: RouteRequest) -> None:
         """The fairness counter of an admitted request's key, charged its estimate."""
         estimate = route.prompt_tokens + (route.max_tokens or self.params.default_output_tokens)
         self.fair.admitted(route, estimate)
+        if route.slo.sheddable:
+            self._sheddable_in_flight[route.model].add(route.request_id)
 
     def eligible(
         self, route: RouteRequest, current: Sequence[EndpointSnapshot]
@@ -406,9 +491,50 @@ class AdmissionControl(Generic[W]):
 
     def finished(self, route: RouteRequest, now: float) -> None:
         """Give back the tenant's concurrency slot (a no-op for tenants without one)."""
+        self._sheddable_in_flight[route.model].discard(route.request_id)
         limits = self.limits.get(route.tenant)
         if limits is not None and limits.max_concurrent:
             self.spawn(self.store.release_tenant(route.tenant, route.request_id, now=now))
+
+
+def _judged(route: RouteRequest, ranking: Ranking, estimator: Estimator | None) -> Verdict:
+    """`by_prediction` on the ranking; the idle predictions by `estimator` (none without one:
+    then a miss counts as load)."""
+
+    def unloaded() -> list[tuple[Prediction, Prediction]]:
+        if estimator is None:
+            return []
+        predict = estimator.predict
+        pairs = (idle(s) for s in ranking.endpoints)
+        return [(predict(route, measured), predict(route, prior)) for measured, prior in pairs]
+
+    return by_prediction(route.slo, route.stream, ranking, unloaded)
+
+
+def _explored_first(route: RouteRequest, ranking: Ranking, index: int) -> Ranking:
+    """The ranking with its endpoint at `index` moved first, explored (what it reports
+    predicted is that endpoint's)."""
+    order = [index, *(i for i in range(len(ranking.endpoints)) if i != index)]
+    predictions = tuple(ranking.predictions[i] for i in order)
+    moved = predictions[0]
+    name, p95_s, target_s = binding(route.slo, moved, route.stream)
+    return ranking._replace(
+        endpoints=tuple(ranking.endpoints[i] for i in order),
+        predictions=predictions,
+        reason="explore",
+        predicted_ttft_s=moved.ttft_mean_s,
+        predicted_ttft_p95_s=moved.ttft_p95_s,
+        binding=name,
+        binding_p95_s=p95_s,
+        binding_target_s=target_s,
+    )
+
+
+def estimator_of(policy: RoutingPolicy) -> Estimator | None:
+    """The routing policy's own estimate, when it predicts (slo_aware's): the same model and
+    memo that ranked the request."""
+    estimator = getattr(policy, "estimator", None)
+    return estimator if isinstance(estimator, Estimator) else None
 
 
 def _quota(limits: TenantLimits | None) -> TenantQuota:

@@ -7,7 +7,8 @@ Nothing here decides: every step calls the code the live gateway runs, built fro
     candidates      `candidate_snapshots` (gateway/core/candidates.py), as `Router.snapshots`: the
                     registry's rotation, the `SharedView` (refreshed every `state.refresh_s`)
                     and the `LatestScrapes` of the engines with their age
-    admission       `AdmissionControl.admit`, `.dispatch` (the deadline queue's ticks) and
+    admission       `AdmissionControl.decide` (thresholds, then the policy's ranking judged
+                    by its prediction), `.dispatch` (the deadline queue's ticks) and
                     `.eligible`, as `Admission` calls them; its fairness counters charged,
                     corrected at the end and synced with the store every second
                     (`FairShare.sync`, as `Admission.sync_fair_share`)
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.config.settings import GatewayConfig, parse_config
-from gateway.core.admission_control import AdmissionControl
+from gateway.core.admission_control import AdmissionControl, estimator_of
 from gateway.core.candidates import candidate_snapshots, only_candidates
 from gateway.core.failover import answered_with_error
 from gateway.core.fair_charges import FairShare, weights
@@ -56,7 +57,7 @@ from gateway.telemetry.record import Finished
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import Breakers
 from gateway.watch.scraper import LatestScrapes
-from policies.admission import Decision, Reject
+from policies.admission import Queue, Reject
 from policies.base import EndpointSnapshot, Prediction, Ranking, RouteRequest
 from policies.registry import build as build_policy
 
@@ -167,8 +168,12 @@ class GatewayModel:
 
     def admit(
         self, route: RouteRequest, snapshots: Sequence[EndpointSnapshot], now_s: float
-    ) -> tuple[Decision, list[EndpointSnapshot]]:
-        return self.admission.admit(route, snapshots, now_s)
+    ) -> Reject | Queue | Ranking:
+        """`AdmissionControl.decide`, ranked by `rank` as the router ranks."""
+        estimator = estimator_of(self.policy)
+        return self.admission.decide(
+            route, snapshots, now_s, lambda eligible: self.rank(route, eligible), estimator
+        )
 
     def dispatch(self, now_s: float) -> tuple[list[Queued], list[Queued]]:
         """`Admission._dispatch`: (expired, dispatched) this tick."""

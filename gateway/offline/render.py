@@ -68,13 +68,16 @@ def markdown(summary: Summary) -> str:
 
 
 def _over_time(summary: Summary) -> list[str]:
-    """Per window: offered and served requests, attainment per class, cost."""
+    """Per window: offered and served requests; of those offered, met (goodput), refused and
+    late; attainment per class, cost."""
     classes = sorted({name for w in summary.timeline for name in w.attainment})
-    header = "| from s | offered | served | " + " | ".join(classes) + " | cost $ |"
-    lines = ["", "## Over time", "", header, "|" + "---|" * (len(classes) + 4)]
+    counts = "| from s | offered | served | met | refused | late | "
+    header = counts + " | ".join(classes) + " | cost $ |"
+    lines = ["", "## Over time", "", header, "|" + "---|" * (len(classes) + 7)]
     for w in summary.timeline:
         shares = [_attained(w.attainment.get(name)) for name in classes]
-        row = [f"{w.start_s:g}", str(w.arrivals), str(w.served), *shares, f"{w.cost:.4f}"]
+        row = [f"{w.start_s:g}", str(w.arrivals), str(w.served), str(w.met), str(w.refused)]
+        row += [str(w.late), *shares, f"{w.cost:.4f}"]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 

@@ -94,6 +94,11 @@ class Window:
     attainment: dict[str, float | None]  # by class (None: no arrivals of it)
     served: int = 0  # requests answered whole in this window (offered: `arrivals`)
     cost: float = 0.0  # of the requests arriving in this window and served
+    # of the requests arriving in this window: met their SLO (goodput), refused by admission
+    # or a limit (shed), answered but late (missed a target)
+    met: int = 0
+    refused: int = 0
+    late: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +264,9 @@ def _timeline(
             ),
             served=served[index],
             cost=sum(record_cost(r, prices) for r in members if r.outcome == "ok"),
+            met=sum(r.request_id in good for r in members),
+            refused=sum(r.outcome == "shed" for r in members),
+            late=sum(r.outcome == "ok" and r.request_id not in good for r in members),
         )
         for index, members in enumerate(buckets)
     ]

@@ -21,6 +21,8 @@ generous where a noisy machine moves the numbers, exact where the gateway promis
     reaction      a 2.5x burst, then an engine slowed 3x (gateway/offline/reaction_scenarios.py)
     noisy_neighbour  two tenants of one class, one bursting about 8x: fair share inside a class
                   (gateway/offline/fairness_scenarios.py)
+    overload      chat on the engines alone ramped to twice what they serve within the SLO,
+                  then back: goodput at SLO per 10 s, refusals, late answers
 """
 
 from __future__ import annotations
@@ -309,6 +311,30 @@ def smoke() -> Scenario:
     )
 
 
+OVERLOAD_KNEE_RPS = 3.0  # about what the two standard engines serve within the SLO
+
+
+def overload() -> Scenario:
+    """The knee's rate for 20 s, a ramp to twice it by 30 s, held to 60 s, then back to the
+    knee's: goodput at SLO under 2x load (`met` per window) against the first windows'."""
+    knee, peak = OVERLOAD_KNEE_RPS, 2 * OVERLOAD_KNEE_RPS
+    points = [(0.0, knee), (20.0, knee), (30.0, peak), (60.0, peak), (60.0, knee), (90.0, knee)]
+    return Scenario(
+        name="overload",
+        description=(
+            f"Chat at {knee:g} req/s on the two standard engines, no provider; ramped to "
+            f"{peak:g} req/s (20-30 s), held to 60 s, then back to {knee:g} req/s."
+        ),
+        duration_s=90,
+        classes=CLASSES,
+        tenants=_tenants(app=["interactive"]),
+        traffic=[_traffic("interactive", RateShape(points=points), "app")],
+        engines=standard_fleet()["engines"],
+        recovery_from_s=60.0,
+        window_s=10.0,
+    )
+
+
 def fleet20() -> Scenario:
     engines = [
         EngineSpec(id=f"vllm-{i:02d}", price=MemberPrice(input_per_1m=0.05, output_per_1m=0.10))
@@ -352,4 +378,5 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
     "sessions_rag_engines": sessions_rag_engines,
     "reaction": reaction,
     "noisy_neighbour": noisy_neighbour,
+    "overload": overload,
 }

@@ -44,8 +44,8 @@ from gateway.offline.session_turns import SessionTurns
 from gateway.offline.trace import PlannedRequest
 from gateway.telemetry.record import Finished
 from gateway.telemetry.usage_counters import FLUSH_EVERY_S
-from policies.admission import Admit, Queue, Reason, Reject
-from policies.base import EndpointSnapshot, RouteRequest
+from policies.admission import Queue, Reason, Reject
+from policies.base import EndpointSnapshot, Ranking, RouteRequest
 
 STEP, PROVIDER_END, RETRY, TIMEOUT, FAULT, REFRESH, SCRAPE, PROBE, DISPATCH, TURN, FAIR = range(11)
 
@@ -190,13 +190,13 @@ class Simulator:
         if not snapshots:
             self._end(index, 503, "no_endpoint_available", now_s, route)
             return
-        decision, eligible = self.gateway.admit(route, snapshots, now_s)
-        if isinstance(decision, Admit):
-            self._route(index, route, eligible, now_s)
+        decision = self.gateway.admit(route, snapshots, now_s)
+        if isinstance(decision, Reject):
+            self._shed(index, route, decision, now_s)
         elif isinstance(decision, Queue):
             self._enqueue(index, route, decision, now_s)
         else:
-            self._shed(index, route, decision, now_s)
+            self._send(index, route, decision, now_s)
 
     def _enqueue(self, index: int, route: RouteRequest, decision: Queue, now_s: float) -> None:
         if not self.gateway.admission.enqueue(Queued(index, route), decision.deadline_s):
@@ -223,7 +223,9 @@ class Simulator:
     def _route(
         self, index: int, route: RouteRequest, eligible: Sequence[EndpointSnapshot], now_s: float
     ) -> None:
-        ranking = self.gateway.rank(route, eligible)
+        self._send(index, route, self.gateway.rank(route, eligible), now_s)
+
+    def _send(self, index: int, route: RouteRequest, ranking: Ranking, now_s: float) -> None:
         if not ranking.endpoints:
             self._end(index, 503, "no_endpoint", now_s, route)
             return

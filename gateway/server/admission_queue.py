@@ -15,9 +15,11 @@ from functools import partial
 from gateway.config.settings import Price, TenantBudget, TenantLimits
 from gateway.core.accounting import UsageBatch
 from gateway.core.admission_control import (
+    BEST_EFFORT,
     CHARGE_EVERY_S,
     DISPATCH_TICK_S,
     AdmissionControl,
+    Rank,
     Snapshots,
     TenantTicket,
     rejection,
@@ -35,8 +37,9 @@ from gateway.telemetry.record import RequestRecord
 from gateway.telemetry.usage_counters import FLUSH_EVERY_S, flush_every
 from gateway.upstream.grammar import StreamGrammar
 from gateway.watch.endpoints import Registry
-from policies.admission import AdmissionParams, Admit, Reason, Reject
-from policies.base import EndpointSnapshot, RouteRequest
+from policies.admission import AdmissionParams, Reason, Reject
+from policies.base import EndpointSnapshot, Ranking, RouteRequest
+from policies.estimate import Estimator
 
 
 @dataclass(eq=False)
@@ -100,18 +103,28 @@ class Admission:
         return self.control.footprint(route)
 
     async def admit(
-        self, route: RouteRequest, current: Sequence[EndpointSnapshot], snapshots: Snapshots
-    ) -> tuple[list[EndpointSnapshot], bool]:
-        """The candidates this request may use now (`current`), and whether it waited for
-        fairness (later requests of its class went first); waits in the deadline queue if it
-        must, then takes fresh `snapshots()`."""
-        decision, eligible = self.control.admit(route, current, time.time())
+        self,
+        route: RouteRequest,
+        current: Sequence[EndpointSnapshot],
+        snapshots: Snapshots,
+        rank: Rank,
+        estimator: Estimator | None,
+    ) -> tuple[Ranking, bool, float]:
+        """The ranking this request goes on (`AdmissionControl.decide`), whether it waited for
+        fairness (later requests of its class went first), and how long it waited in the
+        deadline queue: when it must wait, it then takes fresh `snapshots()` and is ranked on
+        them. Refused: raised at once."""
+        decision = self.control.decide(route, current, time.time(), rank, estimator)
         if isinstance(decision, Reject):
             raise self._shed(route, decision.status, decision.reason, decision.retry_after_s)
-        if isinstance(decision, Admit):
-            return eligible, False
+        if isinstance(decision, Ranking):
+            if decision.reason == BEST_EFFORT:
+                self.metrics.best_effort.labels(route.slo.name, route.tenant).inc()
+            return decision, False, 0.0
+        started = time.perf_counter()
         current, deferred = await self._wait(route, decision.deadline_s, snapshots)
-        return self.control.eligible(route, current), deferred
+        waited_s = time.perf_counter() - started
+        return rank(self.control.eligible(route, current)), deferred, waited_s
 
     def _shed(self, route: RouteRequest, status: int, reason: Reason, retry_s: float) -> Rejected:
         self.metrics.shed.labels(route.slo.name, route.tenant, reason.value).inc()

@@ -35,6 +35,7 @@ from starlette.types import Receive, Send
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from gateway.config.settings import EndpointConfig, ServerConfig
+from gateway.core.admission_control import estimator_of
 from gateway.core.candidates import candidate_snapshots, next_available_in_s, only_candidates
 from gateway.core.context_window import context_exceeded, model_window, needed_tokens, overflowed
 from gateway.core.failover import backoff_s, final_error, gives_up
@@ -278,18 +279,22 @@ class Router:
         candidates = self.snapshots(request.model, call)
         if not candidates:
             raise self._none_available(request, call)
-        admitted_at = time.perf_counter()
-        with tracing.span("admission"):
-            eligible, deferred = await self.admission.admit(
-                request, candidates, lambda: self.snapshots(request.model, call)
-            )
-        waited_s = time.perf_counter() - admitted_at
-        if call.owner is not None:
-            ranking = Ranking(tuple(eligible), reason="owner")
-        else:
+
+        def rank(eligible: Sequence[EndpointSnapshot]) -> Ranking:
+            if call.owner is not None:
+                return Ranking(tuple(eligible), reason="owner")
             with tracing.span("routing"):
                 ranking = self.policy.rank(request, eligible, self.rng)
-            ranking = only_candidates(ranking, {c.endpoint_id for c in eligible})
+            return only_candidates(ranking, {c.endpoint_id for c in eligible})
+
+        with tracing.span("admission"):
+            ranking, deferred, waited_s = await self.admission.admit(
+                request,
+                candidates,
+                lambda: self.snapshots(request.model, call),
+                rank,
+                estimator_of(self.policy),
+            )
         self.metrics.decision.observe(max(0.0, time.perf_counter() - started - waited_s))
         if not ranking.endpoints:
             raise NoEndpointAvailable(

@@ -205,6 +205,13 @@ class Metrics:
             ["slo_class", "tenant", "reason"],
             registry=r,
         )
+        self.best_effort = Counter(
+            "slo_gateway_best_effort",
+            "Requests served although no endpoint could meet their SLO even idle (their own "
+            "size): decision best_effort (policies/admission.py, By prediction).",
+            ["slo_class", "tenant"],
+            registry=r,
+        )
         self.queued = Counter(
             "slo_gateway_queued",
             "Requests that waited in the deadline queue.",

@@ -17,7 +17,8 @@ chunk. Every line has the same keys (null when unknown):
     requested_model, fallback  the model asked for and why another served it (unavailable,
                     refused, context), when a fallback did (gateway/core/fallback_chain.py)
     endpoint        the last endpoint tried; attempts: how many were tried
-    decision        the policy's reason (slo_met, slo_at_risk, explore, rotation, ...)
+    decision        the policy's reason (slo_met, slo_at_risk, explore, rotation, ...), or
+                    admission's (best_effort: docs/slo-guide.md, section 6c)
     predicted_ttft_ms, queued_ms
     ttft_ms, tpot_ms, prompt_tokens, output_tokens, slo_met, duration_ms
     cached_tokens   of prompt_tokens, read from the provider's prompt cache

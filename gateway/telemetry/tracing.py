@@ -13,8 +13,9 @@ touched and no attribute is computed.
 Spans
     POST /v1/chat/completions   SERVER    the request, first byte in to last byte out; its parent
                                           is the caller's `traceparent` when one is sent
-      admission                 INTERNAL  tenant limits, then saturation and the deadline queue
-      routing                   INTERNAL  the policy's ranking
+      admission                 INTERNAL  tenant limits, then saturation, the prediction and
+                                          the deadline queue
+        routing                 INTERNAL  the policy's ranking, which admission judges by
       chat <upstream model>     CLIENT    one per upstream attempt, to the end of its response;
                                           its context goes upstream as W3C `traceparent`
 Attributes use the GenAI semantic conventions where they exist: gen_ai.operation.name,

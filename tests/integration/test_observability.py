@@ -237,9 +237,11 @@ def test_a_request_is_one_trace_with_admission_routing_and_upstream_spans(
 
     trace_id = root.context.trace_id
     assert f"{trace_id:032x}" == CALLER_TRACE and f"{root.parent.span_id:016x}" == CALLER_SPAN
-    for child in ("tenant_limits", "admission", "routing", f"chat {ENGINE_MODEL}"):
+    for child in ("tenant_limits", "admission", f"chat {ENGINE_MODEL}"):
         assert finished[child].context.trace_id == trace_id
         assert finished[child].parent.span_id == root.context.span_id
+    # admission judges the request by the policy's ranking (policies/admission.py)
+    assert finished["routing"].parent.span_id == finished["admission"].context.span_id
     sent = upstream.headers[-1]["traceparent"]
     assert sent == f"00-{trace_id:032x}-{upstream_span.context.span_id:016x}-01"
 

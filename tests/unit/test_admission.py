@@ -129,6 +129,8 @@ def test_reason_strings_are_the_documented_header_values() -> None:
         "reserved_for_higher_priority",
         "deadline_unreachable",
         "queue_full",
+        "overloaded",
+        "unmeetable",
     }
     assert f"{Reason.QUEUE_FULL}" == "queue_full"
 

@@ -187,6 +187,22 @@ def test_the_timeline_shows_load_in_flight() -> None:
     assert summary.timeline[5].in_flight == pytest.approx(2.0)
 
 
+def test_each_window_counts_its_arrivals_met_refused_and_late() -> None:
+    arrivals = [
+        record(0),
+        record(1, ttft_s=0.9),  # answered late
+        record(2, outcome="shed", status=503, ttft_s=None, tpot_s=None, e2e_s=None),
+        record(3, arrival_s=5.0),
+    ]
+    summary = summarize(scenario(window_s=5.0), arrivals, RunFacts("p1", "offline"))
+    first, second = summary.timeline
+    assert (first.met, first.refused, first.late) == (1, 1, 1)
+    assert (second.met, second.refused, second.late) == (1, 0, 0)
+    text = render.markdown(summary)
+    assert "| from s | offered | served | met | refused | late |" in text
+    assert "| 0 | 3 | 3 | 1 | 1 | 1 |" in text  # record 3 arrives at 5 s, done before
+
+
 def test_reports_are_written_as_markdown_json_and_png(tmp_path: Path) -> None:
     checks = [Check(metric="attainment", op=">=", value=0.9)]
     summary = summarize(scenario(checks), RECORDS, RunFacts("least_loaded", "live"))

@@ -18,7 +18,10 @@ REASONS = {
     "slo_at_risk": "no endpoint is predicted to meet the SLO, so the closest goes first",
     "cold": "no measured endpoint is predicted to meet the SLO; an unproven one shares the load",
     "owner": "the endpoint that stored the previous response (its only candidate)",
-    "explore": "exploring an endpoint with too few observations to trust its estimate",
+    "explore": "exploring an endpoint with too few observations to trust its estimate, or one "
+    "idle whose statistics (measured under a past load) say it misses",
+    "best_effort": "no endpoint can meet the SLO even idle (the request's own size): served "
+    "best effort on the closest",
     "rotation": "next in rotation",
     "least_loaded": "the fewest requests in flight",
     "power_of_two": "the less loaded of two random picks",
