@@ -6,7 +6,7 @@ requests: each endpoint's previous saturation (for hysteresis), the deadline que
 tenant counters, which live in the stats store so that a limit is exact across replicas (atomic
 check-and-add; N concurrent requests against a limit of k admit k). It is synchronous with `now`
 passed in and only awaits the store, so the offline simulator drives it in virtual time;
-`Admission` (gateway/server/admission_queue.py) wraps it for the live request path: waiting as
+`LiveAdmission` (gateway/server/admission_queue.py) wraps it for the live request path: waiting as
 a future, the dispatcher task, metrics and error responses.
 """
 

@@ -9,9 +9,9 @@ Nothing here decides: every step calls the code the live gateway runs, built fro
                     and the `LatestScrapes` of the engines with their age
     admission       `AdmissionControl.decide` (thresholds, then the policy's ranking judged
                     by its prediction), `.dispatch` (the deadline queue's ticks) and
-                    `.eligible`, as `Admission` calls them; its fairness counters charged,
+                    `.eligible`, as `LiveAdmission` calls them; its fairness counters charged,
                     corrected at the end and synced with the store every second
-                    (`FairShare.sync`, as `Admission.sync_fair_share`)
+                    (`FairShare.sync`, as `LiveAdmission.sync_fair_share`)
     routing         the policy from `policies.registry`, then `only_candidates`
     attempts        `LocalLeases` (this replica's count, as `LeaseBook`) and `Outcomes`
                     (gateway/core/outcomes.py, as `Finisher`): Retry-After and quota cool-downs, the
@@ -146,7 +146,7 @@ class GatewayModel:
         run_to_completion(self.view.refresh())
 
     def sync_fair_share(self, now_s: float) -> None:
-        """`Admission.sync_fair_share`'s step: the fairness counters sent and read back."""
+        """`LiveAdmission.sync_fair_share`'s step: the fairness counters sent and read back."""
         run_to_completion(self.admission.fair.sync(self.store, now_s))
 
     def probe(self, healthy: Mapping[str, bool], now_s: float) -> None:
@@ -176,11 +176,11 @@ class GatewayModel:
         )
 
     def dispatch(self, now_s: float) -> tuple[list[Queued], list[Queued]]:
-        """`Admission._dispatch`: (expired, dispatched) this tick."""
+        """`LiveAdmission._dispatch`: (expired, dispatched) this tick."""
         return self.admission.dispatch(now_s, lambda q: self.snapshots(q.route.model, now_s))
 
     def eligible(self, route: RouteRequest, now_s: float) -> list[EndpointSnapshot]:
-        """After waiting in the queue, as `Admission.admit` does: fresh snapshots first."""
+        """After waiting in the queue, as `LiveAdmission.admit` does: fresh snapshots first."""
         return self.admission.eligible(route, self.snapshots(route.model, now_s))
 
     def rank(self, route: RouteRequest, eligible: Sequence[EndpointSnapshot]) -> Ranking:
@@ -254,7 +254,7 @@ class GatewayModel:
             answered(self.prefix, endpoint_id, route, chain, cached, prompt, now_s)
 
     def request_done(self, route: RouteRequest, now_s: float) -> None:
-        """`Admission.finished`: the tenant's concurrency slot goes back (and a fairness
+        """`LiveAdmission.finished`: the tenant's concurrency slot goes back (and a fairness
         charge, if it was admitted, is taken back)."""
         self.admission.finished(route, now_s)
         self.admission.served(route, 0, 0, 0)

@@ -206,7 +206,7 @@ class Simulator:
             self._push(now_s, DISPATCH, None)
 
     def _dispatch_queue(self, now_s: float) -> None:
-        """`Admission._dispatch`: expire, then dispatch a few by deadline; each dispatched
+        """`LiveAdmission._dispatch`: expire, then dispatch a few by deadline; each dispatched
         request then takes fresh snapshots, as a woken waiter does."""
         expired, dispatched = self.gateway.dispatch(now_s)
         for item in expired:

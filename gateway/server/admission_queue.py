@@ -49,7 +49,7 @@ class _Waiter:
     done: asyncio.Future[None] = field(default_factory=asyncio.Future)
 
 
-class Admission:
+class LiveAdmission:
     """`AdmissionControl` on the live request path, on the wall clock."""
 
     def __init__(

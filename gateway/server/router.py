@@ -43,7 +43,7 @@ from gateway.core.fallback_chain import FallbackChain, FallbackReason, fallback_
 from gateway.core.prefix_chain import PrefixChain
 from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed, GatewayError, NoEndpointAvailable
-from gateway.server.admission_queue import Admission
+from gateway.server.admission_queue import LiveAdmission
 from gateway.server.answer import STREAM_HEADERS, explain, raw_headers, send_whole
 from gateway.server.decision_log import DecisionLog
 from gateway.server.finisher import Finisher, body_result, stream_result
@@ -81,7 +81,7 @@ class Router:
         registry: Registry,
         view: SharedView,
         scraper: Scraper,
-        admission: Admission,
+        admission: LiveAdmission,
         policy: RoutingPolicy,
         upstream: Upstream,
         finisher: Finisher,

@@ -11,7 +11,7 @@ from typing import Any
 from gateway.config.api_records import ApiRecords, parse_records
 from gateway.config.settings import GatewayConfig, Settings, TenantBudget, TenantLimits
 from gateway.core.fair_charges import weights
-from gateway.server.admission_queue import Admission
+from gateway.server.admission_queue import LiveAdmission
 from gateway.server.auth import KeyRing, warn_unset_keys
 from gateway.server.finisher import Finisher
 from gateway.server.response_owners import ResponseOwners
@@ -88,7 +88,7 @@ class Runtime:
     view: SharedView
     scraper: Scraper
     health: HealthChecker
-    admission: Admission
+    admission: LiveAdmission
     upstream: AiohttpUpstream
     router: Router
     metrics: Metrics
@@ -119,7 +119,7 @@ class Runtime:
         finisher = Finisher(leases, registry, health, view, metrics, background)
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
         budgets = {name: tenant.budget for name, tenant in config.tenants.items()}
-        admission = Admission(
+        admission = LiveAdmission(
             config.admission,
             limits,
             store,
