@@ -31,18 +31,15 @@ Method
      endpoint holds anything yet (its first turn) takes, in place of the uncached tenths, its
      rendezvous rank (crc32 of session and endpoint): every replica places a new
      conversation on the same endpoint within the band, so their indexes agree; it never
-     moves an endpoint across bands, so it never overrides load. These preferences are
-     bounded by load: an endpoint with more in flight than `bounded_load` times the
-     candidates' mean utilisation (plus one request) is *crowded*, and ranks as if it held
-     nothing of the prompt and were no session's home. Without the bound, one prompt sent over
-     and over (a benchmark's) went almost wholly to whichever endpoint took it first, each
-     replica to its own; with it, the next endpoint takes the prompt once the first is past
-     the bound, holds it too, and identical endpoints share it. A crowded endpoint also ranks
-     after those within the bound at the same cost, whatever its band: a scrape seconds old
-     can show a queue, since drained, on one of two identical engines, its p95 a band worse,
-     and every request went to the other until the next scrape (181/75 under 64
-     connections). Offline this moved no scenario down (sessions_slow chat 92.1% -> 93.3%
-     over seeds 1-3, its cached share 74.3% -> 75.2%; sessions_rag, chat, rag unchanged).
+     moves an endpoint across bands, so it never overrides load. Both preferences are bounded
+     by load: an endpoint with more in flight than `bounded_load` times the candidates' mean
+     utilisation (plus one request) is *crowded*, and ranks as if it held nothing of the
+     prompt and were no session's home. Without the bound, one prompt sent over and over (a
+     benchmark's) went almost wholly to whichever endpoint took it first, each replica to its
+     own; with it, the next endpoint takes the prompt once the first is past the bound, holds
+     it too, and identical endpoints share it. The bound does not override a band: a band
+     apart is a p95 apart, and an endpoint measured slower (a slowed engine) must stay behind
+     however little it holds.
    - unproven: misses at the cautious p95 but meets at the optimistic one (p95 / u²): a cold
      endpoint whose prior is too thin to judge. Least utilised first (in-flight leases over
      max_concurrency, or in-flight alone without one), then the cheapest. Without evidence
@@ -211,10 +208,9 @@ class SloAware:
 
 
 # Sort keys per tier, each ending in a random tie and the candidate's index (unique, so ties
-# never compare further). Meets: tight, cost, hosted, crowded, p95/target band, uncached
-# tenths, utilisation, p95/target; unproven: utilisation, cost; misses: crowded, p95/target,
-# ttft p95.
-MeetsKey = tuple[float, float, float, float, float, float, float, float, float, int]
+# never compare further). Meets: tight, cost, hosted, p95/target band, uncached tenths,
+# utilisation, p95/target; unproven: utilisation, cost; misses: crowded, p95/target, ttft p95.
+MeetsKey = tuple[float, float, float, float, float, float, float, float, int]
 OtherKey = tuple[float, float, float, int]
 MissKey = tuple[float, float, float, float, int]
 
@@ -272,8 +268,7 @@ def _tiers(
         # utilised; equal endpoints share load, a cache holder keeps its prefix
         band = worst // band_width if band_width else worst
         # a session's first turn: its rendezvous rank, the same endpoint on every replica;
-        # neither it, nor a cached prefix, nor a better band holds an endpoint past the load
-        # bound
+        # neither it nor a cached prefix holds an endpoint past the load bound
         if home:
             missed = 0.0 if crowded else rendezvous(request.session or "", snapshot.endpoint_id)
         else:
@@ -284,7 +279,6 @@ def _tiers(
                 tight,
                 cost,
                 hosted,
-                float(crowded),
                 band,
                 missed,
                 utilisation(snapshot),
