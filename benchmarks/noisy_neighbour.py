@@ -65,6 +65,7 @@ def measure_tenants(records: Sequence[LoadRecord], scenario: PrefixScenario) -> 
     prompt = sum(r.prompt_tokens for r in answered)
     found["cached_share"] = sum(r.cached_tokens for r in answered) / prompt if prompt else 0.0
     found["answered"] = float(len(answered))
+    found["met"] = float(sum(record_meets_slo(r, scenario.classes[r.slo_class]) for r in records))
     found["output_tokens"] = float(sum(r.output_tokens for r in answered))
     return found
 
