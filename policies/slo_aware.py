@@ -48,8 +48,9 @@ Method
    - misses: those within the load bound first (as above), then the most headroom first
      (the least negative: the best predicted). In overload every endpoint misses and the
      predictions trail the load (queue gauges lag, a warm fit does not count the prefill this
-     replica sent ahead), so the best predicted took a burst of requests at once; bounded, the
-     public Mooncake window (docs/loadtesting.md) went 52.5% -> 69.1% offline, and
+     replica sent ahead), so the best predicted took a burst of requests at once; bounded
+     (measured on the commit that made it, 4 December 2026, seeds 1-3), the public Mooncake
+     window (docs/loadtesting.md) went 52.5% -> 69.1% offline, and
      sessions_slow and sessions_rag_engines moved up a little (seeds 1-3: 94.6% -> 94.8%,
      87.2% -> 88.0% chat); ranking misses by utilisation alone did better on the window
      (79.7%) but lost prefix locality on sessions (87.2% -> 79.2%).
