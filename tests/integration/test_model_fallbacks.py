@@ -91,7 +91,8 @@ def hold_stream(url: str, holding: threading.Event, release: threading.Event) ->
     body = {"model": BIG, "messages": HI, "max_tokens": 2000, "stream": True}
     auth = {"authorization": f"Bearer {TENANT_KEY}"}
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, headers=auth) as answer:
-        next(answer.iter_bytes(), b"")
+        chunks = answer.iter_bytes()  # kept: a dropped iterator would close the stream
+        next(chunks, b"")
         holding.set()
         release.wait(30)
 
