@@ -252,8 +252,13 @@ def _tiers(
     meets: list[MeetsKey] = []
     unproven: list[OtherKey] = []
     misses: list[MissKey] = []
+    ratios = [ratio(slo, prediction, stream) for prediction in predictions]
+    # bands count from the best meeting endpoint, not from zero: two endpoints whose p95s are
+    # measured a hair apart must not fall either side of a fixed boundary (identical engines
+    # then split the load 179/25)
+    best = min([worst for worst in ratios if worst <= 1.0], default=0.0)
     for index, (snapshot, prediction) in enumerate(zip(candidates, predictions, strict=True)):
-        worst = ratio(slo, prediction, stream)
+        worst = ratios[index]
         uncertainty = prediction.uncertainty
         crowded = snapshot.in_flight > bound * (snapshot.max_concurrency or 1) + 1
         if not worst <= uncertainty * uncertainty:  # not even at the optimistic p95 (u ≥ 1)
@@ -267,7 +272,7 @@ def _tiers(
         hosted = 0.0 if snapshot.kind == "vllm" else 1.0
         # within a band of the SLO: the least uncached prompt (in tenths of it), then the least
         # utilised; equal endpoints share load, a cache holder keeps its prefix
-        band = worst // band_width if band_width else worst
+        band = (worst - best) // band_width if band_width else worst
         # a session's first turn: its rendezvous rank, the same endpoint on every replica;
         # neither it nor a cached prefix holds an endpoint past the load bound
         if home:
