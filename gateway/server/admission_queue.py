@@ -220,20 +220,24 @@ class LiveAdmission:
         self, route: RouteRequest, record: RequestRecord, seen: Callable[[StreamGrammar], float]
     ) -> Callable[[StreamGrammar], float]:
         """`seen` (what the relay tells of a running stream), also charging the stream's tokens
-        to its tenant's tokens window as they come, at most every CHARGE_EVERY_S, so a stream
-        is counted in the windows it runs in and refuses new requests once one is spent."""
-        if record.reserved_slot is None:
+        to its tenant's tokens window, and its key's when the key has its own, as they come, at
+        most every CHARGE_EVERY_S, so a stream is counted in the windows it runs in and refuses
+        new requests once one is spent."""
+        if record.reserved_slot is None and record.key_slot is None:
             return seen
         due_s = time.monotonic() + CHARGE_EVERY_S
+        keyed = route._replace(tenant=record.key_subject or route.tenant)
 
         def charged(watch: StreamGrammar) -> float:
             nonlocal due_s
             next_s = seen(watch)
             if time.monotonic() >= due_s:
                 due_s = time.monotonic() + CHARGE_EVERY_S
-                used = route.prompt_tokens + watch.output_tokens
-                ticket = self.control.charge_streamed(route, _ticket(record), used, time.time())
+                used, now = route.prompt_tokens + watch.output_tokens, time.time()
+                ticket = self.control.charge_streamed(route, _ticket(record), used, now)
                 record.reserved_tokens, record.charged_tokens = ticket.reserved, ticket.charged
+                ticket = self.control.charge_streamed(keyed, _key_ticket(record), used, now)
+                record.key_reserved, record.key_charged = ticket.reserved, ticket.charged
             return next_s
 
         return charged
@@ -258,8 +262,7 @@ class LiveAdmission:
 
     def finished(self, route: RouteRequest, record: RequestRecord) -> None:
         """The tenant's (and a limited key's) concurrency slot back, and the request settled
-        on what it used (its fairness charge too). A key's tokens window is charged at the
-        end, not as a stream runs."""
+        on what it used (its fairness charge too)."""
         now = time.time()
         self.control.finished(route, now)
         alerted = partial(self._alert, route) if route.tenant in self._budgeted else None
@@ -273,10 +276,7 @@ class LiveAdmission:
         if record.key_subject is not None:
             keyed = route._replace(tenant=record.key_subject)
             self.control.finished(keyed, now)
-            key_ticket = TenantTicket(
-                None, record.key_slot, record.key_reserved, held_pusd=record.key_held_pusd
-            )
-            self.control.settle(keyed, key_ticket, line, now)
+            self.control.settle(keyed, _key_ticket(record), line, now)
 
     def _alert(self, route: RouteRequest, window: str) -> None:
         budget = self.control.budgets.get(route.tenant)
@@ -299,6 +299,17 @@ def _ticket(record: RequestRecord) -> TenantTicket:
         record.reserved_tokens,
         charged=record.charged_tokens,
         held_pusd=record.held_pusd,
+    )
+
+
+def _key_ticket(record: RequestRecord) -> TenantTicket:
+    """The admission of a key with its own limits as the record keeps it."""
+    return TenantTicket(
+        None,
+        record.key_slot,
+        record.key_reserved,
+        charged=record.key_charged,
+        held_pusd=record.key_held_pusd,
     )
 
 

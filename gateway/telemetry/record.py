@@ -65,8 +65,12 @@ class RequestRecord:
     limit_headers: tuple[tuple[bytes, bytes], ...] = ()
     cost_pusd: int = 0
     # An API key's (gateway/config/api_records.py): the name its usage (and its own limits and
-    # budget, if any) count under, and its reservation, settled like the tenant's.
+    # budget, if any) count under, and its reservation, charged and settled like the tenant's.
     key_subject: str | None = None
+    key_slot: int | None = None
+    key_reserved: int = 0
+    key_charged: int = 0
+    key_held_pusd: int = 0
     # The models to try, in order, when the requested one cannot serve the request (config
     # `fallbacks` and `context_fallbacks`, less those the caller's key may not use or its API
     # does not serve: gateway/core/fallback_chain.py); when one served it, the model asked for
@@ -75,6 +79,3 @@ class RequestRecord:
     context_fallbacks: tuple[str, ...] = ()
     requested_model: str | None = None
     fallback_reason: str | None = None
-    key_slot: int | None = None
-    key_reserved: int = 0
-    key_held_pusd: int = 0

@@ -1,6 +1,6 @@
-"""Tenant limits that clients once escaped, through real gateways over simulated providers:
-a repeated x-request-id (concurrency), streams without max_tokens (tokens_per_min) and
-concurrent requests against a budget, the last over two replicas sharing Redis."""
+"""Tenant and key limits that clients once escaped, through real gateways over simulated
+providers: a repeated x-request-id (concurrency), streams without max_tokens (tokens_per_min)
+and concurrent requests against a budget, the last over two replicas sharing Redis."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from openai import AsyncOpenAI, RateLimitError
@@ -16,6 +17,7 @@ from openai import AsyncOpenAI, RateLimitError
 from gateway.config.settings import Settings
 from gateway.state.keys import KeySpace
 from tests.fixtures.gateway import (
+    ADMIN_KEY,
     PUBLIC_MODEL,
     TENANT_KEY,
     admin_endpoints,
@@ -36,8 +38,8 @@ pytestmark = pytest.mark.integration
 STATE = {"redis_timeout_s": 2.0}
 
 
-def sdk(base_url: str) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=base_url + "/v1", api_key=TENANT_KEY, max_retries=0)
+def sdk(base_url: str, key: str = TENANT_KEY) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=base_url + "/v1", api_key=key, max_retries=0)
 
 
 async def streamed(client: AsyncOpenAI, **extra: Any) -> int | None:
@@ -113,17 +115,26 @@ def test_concurrent_streams_without_max_tokens_stay_within_tokens_per_min() -> N
     assert served  # some were served
 
 
-def test_a_running_stream_spends_the_window_before_it_ends() -> None:
+@pytest.mark.parametrize("limited", ["tenant", "key"])
+def test_a_running_stream_spends_the_window_before_it_ends(limited: str) -> None:
     """Its tokens are charged as they stream (at most CHARGE_EVERY_S late): once they pass
     the limit, a new request is refused while it still runs (it reserved its prompt and 256
-    tokens; it writes 1000)."""
+    tokens; it writes 1000). The limit is the tenant's, or that of a key made through the
+    admin API for a tenant without one."""
     writer = provider(default_max_tokens=1000, ttft_sigma=0.0, tpot_median_s=0.005)
-    tenants = tenants_with(acme={"limits": {"tokens_per_min": 300}})
+    limit = {"limits": {"tokens_per_min": 300}}
+    sections = {"tenants": tenants_with(acme=limit)} if limited == "tenant" else {}
 
     async def scenario(base_url: str) -> tuple[int, int | None, int | None]:
         """(tokens the long stream wrote, when a late request was asked (tokens received by
         then), what the late request got: None when refused)."""
-        client = sdk(base_url)
+        key = TENANT_KEY
+        if limited == "key":
+            admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+            async with httpx.AsyncClient(headers=admin) as http:
+                made = await http.post(base_url + "/admin/keys", json={"tenant": "acme", **limit})
+            key = made.json()["key"]
+        client = sdk(base_url, key)
         try:
             stream = await client.chat.completions.create(
                 model=PUBLIC_MODEL,
@@ -141,7 +152,7 @@ def test_a_running_stream_spends_the_window_before_it_ends() -> None:
         finally:
             await client.close()
 
-    with fleet_gateway({"p1": writer}, tenants=tenants) as (gateway, _):
+    with fleet_gateway({"p1": writer}, **sections) as (gateway, _):
         written, asked_at, late = asyncio.run(scenario(gateway.base_url))
     assert written == 1000
     assert asked_at is not None and asked_at < 1000  # asked while the stream ran
