@@ -61,8 +61,9 @@ async def _usage(request: Request, fmt: str) -> Response:
             param="since",
         )
     runtime.admission.flush_usage()  # a single replica's batched usage, settled first
+    # the config's tenants and the admin API's (a deleted one's usage is no longer listed)
     found = await runtime.store.usage(
-        sorted(runtime.config.tenants), since_hour=since_hour, until_hour=until_hour
+        sorted(runtime.keyring.tenants), since_hour=since_hour, until_hour=until_hour
     )
     groups = grouped(found, group_by)
     if fmt == "csv":

@@ -22,7 +22,9 @@ from tests.fixtures.gateway import (
     TENANT_KEY,
     chat_body,
     engine,
+    eventually,
     one_engine_gateway,
+    usage_view,
 )
 
 pytestmark = pytest.mark.integration
@@ -172,6 +174,10 @@ def test_tenants_by_api_beside_the_configs(gateway: str) -> None:
     assert made.status_code == 201 and made.json()["source"] == "api"
     key = new_key(gateway, tenant="beta")
     assert chat(gateway, key["key"]).status_code == 200
+    # its usage is settled in the background: listed beside the config's tenants once it is
+    assert eventually(lambda: usage_view(gateway).get("beta", {}).get("requests") == 1)
+    board = admin(gateway, "GET", "/admin/dashboard.json").json()["tenants"]
+    assert [row["total"]["requests"] for row in board if row["name"] == "beta"] == [1]
     tenants = admin(gateway, "GET", "/admin/tenants").json()["data"]
     listed = {tenant["name"]: tenant["source"] for tenant in tenants}
     assert listed == {"acme": "config", "zeta": "config", "beta": "api"}

@@ -88,7 +88,7 @@ def layout(runtime: Runtime) -> str:
     parts = [
         *runtime.registry.endpoints,
         *(f"{name}:{klass.model_dump_json()}" for name, klass in config.classes.items()),
-        *config.tenants,
+        *runtime.keyring.tenants,  # the config's and the admin API's
     ]
     return hashlib.blake2s("\n".join(parts).encode(), digest_size=6).hexdigest()
 
@@ -224,7 +224,7 @@ def tenants(runtime: Runtime, window: Totals, total: Totals) -> list[dict[str, A
             "total": tally(total, tenant=name) | spend(total, name) | tenant_served(total, name),
             "fair_share_tokens": fair_share(runtime, name),
         }
-        for name, tenant in runtime.config.tenants.items()
+        for name, tenant in runtime.keyring.tenants.items()
     ]
 
 
