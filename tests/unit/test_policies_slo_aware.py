@@ -243,7 +243,9 @@ def test_when_every_endpoint_misses_the_best_predicted_within_the_load_bound_goe
     policy = SloAware(NO_EXPLORE)
 
     def order(*in_flight: int) -> list[str]:
-        loaded = [e._replace(in_flight=n) for e, n in zip((best, good, worse), in_flight)]
+        loaded = [
+            e._replace(in_flight=n) for e, n in zip((best, good, worse), in_flight, strict=True)
+        ]
         ranking = policy.rank(request, loaded, random.Random(0))
         assert ranking.reason == "slo_at_risk"
         return [e.endpoint_id for e in ranking.endpoints]

@@ -144,11 +144,8 @@ def test_class_by_prompt_length_from_the_command_line(tmp_path: Path) -> None:
         "tenants: {default: {allowed_classes: [short, long]}}\n"
     )
     trace = ["--trace", str(SAMPLES / "mooncake.jsonl"), "--slo-class", "long"]
-    result = CliRunner().invoke(
-        _app(),
-        ["simulate", str(scenario), *trace, "--class-by-prompt", "2000=short"]
-        + ["--no-chart", "--out", str(tmp_path)],
-    )
+    options = ["--class-by-prompt", "2000=short", "--no-chart", "--out", str(tmp_path)]
+    result = CliRunner().invoke(_app(), ["simulate", str(scenario), *trace, *options])
     plan = TraceSpec(path=SAMPLES / "mooncake.jsonl").plan("m")
     template = 4  # the simulated servers count 4 tokens per chat message; bands see the trace's
     short = sum(1 for r in plan if r.prompt_tokens - template <= 2000)
