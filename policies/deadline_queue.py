@@ -115,6 +115,35 @@ class DeadlineQueue(Generic[Item]):
         del self._entries[next(i for i, e in enumerate(self._entries) if e is entry)]
         return Popped(entry.item, entry.deferred)
 
+    def displace(
+        self,
+        group: str,
+        key: str,
+        level: Level,
+        mate: Callable[[Item], bool] | None = None,
+    ) -> Item | None:
+        """Make room for a newcomer of class `group` and fairness key `key` in a full queue:
+        remove and return the newest waiter (the one that waited least) of the most-served
+        key of its class (among items `mate` keeps), when that key is served more than the
+        newcomer's; else None. A full queue refused whoever came last, so a burst that filled
+        it refused a quiet tenant's every request; now it refuses the burst's own."""
+        mates = [
+            e
+            for e in self._entries
+            if e.group == group and e.key != key and (mate is None or mate(e.item))
+        ]
+        levels: dict[str, float] = {}
+        for entry in mates:
+            if entry.key not in levels:
+                levels[entry.key] = level(group, entry.key)
+        own = level(group, key)
+        above = [e for e in mates if levels[e.key] > own]
+        if not above:
+            return None
+        victim = max(above, key=lambda e: (levels[e.key], e.seq))
+        del self._entries[next(i for i, e in enumerate(self._entries) if e is victim)]
+        return victim.item
+
     def drop_expired(self, now_s: float) -> list[Item]:
         """Remove and return the items that can no longer meet their deadline."""
         kept: list[_Entry[Item]] = []

@@ -159,6 +159,7 @@ class AdmissionControl(Generic[W]):
         # request ids of sheddable requests admitted and not finished, by model
         self._sheddable_in_flight: defaultdict[str, set[str]] = defaultdict(set)
         self._spared_at: dict[str, float] = {}  # model -> when a request was last spared
+        self.displaced: list[W] = []  # waiters a less-served key took the place of (`admit`)
 
     def reconfigure(
         self,
@@ -222,15 +223,20 @@ class AdmissionControl(Generic[W]):
     def admit(
         self, route: RouteRequest, current: Sequence[EndpointSnapshot], now: float
     ) -> tuple[Decision, list[EndpointSnapshot]]:
-        """The decision and, when admitted, the candidates this request may use now."""
+        """The decision and, when admitted, the candidates this request may use now. A request
+        refused because the queue is full takes the place of a more-served key's newest waiter
+        of its class, if there is one (with fair share on): that waiter goes to `displaced`,
+        for the caller to refuse as the queue refused it."""
         states = self._admitted_states(route, current)
-        decision = decide(
-            route.slo,
-            states.values(),
-            self.params,
-            now_s=now,
-            queued=self.queued.get(route.model, 0) + self._held(route.model, now),
-        )
+        queued = self.queued.get(route.model, 0) + self._held(route.model, now)
+        decision = decide(route.slo, states.values(), self.params, now_s=now, queued=queued)
+        if (
+            isinstance(decision, Reject)
+            and decision.reason == Reason.QUEUE_FULL
+            and queued <= self.params.queue_max_size  # one place frees enough
+            and self._displace(route, now)
+        ):
+            decision = decide(route.slo, states.values(), self.params, now_s=now, queued=queued - 1)
         if not isinstance(decision, Admit):
             return decision, []
         self._charge(route)
@@ -267,6 +273,30 @@ class AdmissionControl(Generic[W]):
         if isinstance(verdict, Explore):
             return _explored_first(route, ranking, verdict.index)
         return ranking._replace(reason=BEST_EFFORT) if isinstance(verdict, BestEffort) else ranking
+
+    def take_displaced(self) -> list[W]:
+        """The waiters displaced since the last call (see `admit`), for the caller to refuse
+        with `queue_full`."""
+        taken, self.displaced = self.displaced, []
+        return taken
+
+    def _displace(self, route: RouteRequest, now: float) -> bool:
+        """Whether a waiter of the request's class and model, of a key served more than its
+        own, left the queue to make room for it (into `displaced`)."""
+        if not self.params.fair_share:
+            return False
+        model = route.model
+        victim = self.queue.displace(
+            route.slo.name,
+            fairness_key(route),
+            lambda slo_class, key: self.fair.level(slo_class, key, now),
+            lambda waiter: waiter.route.model == model,
+        )
+        if victim is None:
+            return False
+        self.queued[model] -= 1
+        self.displaced.append(victim)
+        return True
 
     def _spared(self, route: RouteRequest, now: float) -> bool:
         """Whether a refusal by load spares this request, the load being others': it is not

@@ -191,6 +191,8 @@ class Simulator:
             self._end(index, 503, "no_endpoint_available", now_s, route)
             return
         decision = self.gateway.admit(route, snapshots, now_s)
+        for item in self.gateway.admission.take_displaced():  # `LiveAdmission._refuse_displaced`
+            self._end(item.index, 503, Reason.QUEUE_FULL, now_s, item.route, shed=True)
         if isinstance(decision, Reject):
             self._shed(index, route, decision, now_s)
         elif isinstance(decision, Queue):

@@ -115,6 +115,7 @@ class LiveAdmission:
         deadline queue: when it must wait, it then takes fresh `snapshots()` and is ranked on
         them. Refused: raised at once."""
         decision = self.control.decide(route, current, time.time(), rank, estimator)
+        self._refuse_displaced()
         if isinstance(decision, Reject):
             raise self._shed(route, decision.status, decision.reason, decision.retry_after_s)
         if isinstance(decision, Ranking):
@@ -125,6 +126,15 @@ class LiveAdmission:
         current, deferred = await self._wait(route, decision.deadline_s, snapshots)
         waited_s = time.perf_counter() - started
         return rank(self.control.eligible(route, current)), deferred, waited_s
+
+    def _refuse_displaced(self) -> None:
+        """Waiters whose place in a full queue a less-served key took: refused as the full
+        queue would have refused them."""
+        retry_s = self.control.params.retry_after_s
+        for waiter in self.control.take_displaced():
+            error = self._shed(waiter.route, 503, Reason.QUEUE_FULL, retry_s)
+            if not waiter.done.done():
+                waiter.done.set_exception(error)
 
     def _shed(self, route: RouteRequest, status: int, reason: Reason, retry_s: float) -> Rejected:
         self.metrics.shed.labels(route.slo.name, route.tenant, reason.value).inc()

@@ -5,6 +5,10 @@ simulated fleet on loopback)."""
 
 from __future__ import annotations
 
+import math
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -25,7 +29,9 @@ from tests.fixtures.gateway import (
     endpoint,
     engine,
     eventually,
+    fleet_gateway,
     fleet_member,
+    member,
     one_engine_gateway,
     running_gateway,
     tenants_with,
@@ -76,6 +82,54 @@ def test_a_sub_tenant_id_that_is_no_short_name_is_refused_naming_the_header(name
             refused = chat(gw.base_url, TENANT_KEY, {header: named})
             assert refused.status_code == 400, refused.text
             assert refused.json()["error"]["param"] == header
+
+
+def test_a_full_queue_refuses_the_more_served_tenants_waiter_not_the_quieter_newcomer() -> None:
+    """One engine slot, held by acme's long stream; a queue of one place, taken by acme's next
+    request. zeta, served less (one short answer before), arrives: acme's waiter is refused
+    503 queue_full, zeta's request waits in its place and is served once the slot frees."""
+    tenants = tenants_with(
+        zeta={"allowed_classes": ["interactive"], "default_class": "interactive"}
+    )
+    classes = config([])["classes"] | {"interactive": {"ttft_ms": 10000, "priority": 10}}
+    fleet = {"e": member(engine(), max_concurrency=1)}
+    with fleet_gateway(
+        fleet, tenants=tenants, classes=classes, admission={"queue_max_size": 1}
+    ) as (gw, _):
+        url = gw.base_url
+        assert chat(url, OTHER_TENANT_KEY, {}).status_code == 200  # zeta: a few tokens served
+        holding, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=hold_stream, args=(url, holding, release), daemon=True)
+        holder.start()
+        assert holding.wait(10)
+        with ThreadPoolExecutor(2) as clients:
+            waiter = clients.submit(chat, url, TENANT_KEY, {})
+            assert eventually(lambda: gauge(url, "slo_gateway_queue_depth") == 1)
+            newcomer = clients.submit(chat, url, OTHER_TENANT_KEY, {})
+            displaced = waiter.result(timeout=10)
+            release.set()
+            served = newcomer.result(timeout=20)
+        holder.join(10)
+    assert displaced.status_code == 503
+    assert displaced.json()["error"]["code"] == "queue_full"
+    assert served.status_code == 200, served.text
+
+
+def hold_stream(url: str, holding: threading.Event, release: threading.Event) -> None:
+    """acme's long stream, holding the engine's one slot until `release`."""
+    body = chat_body(max_tokens=2000) | {"stream": True}
+    auth = {"authorization": f"Bearer {TENANT_KEY}"}
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, headers=auth) as answer:
+        chunks = answer.iter_bytes()  # kept: a dropped iterator would close the stream
+        next(chunks, b"")
+        holding.set()
+        release.wait(30)
+
+
+def gauge(base_url: str, name: str) -> float:
+    """A gauge without labels."""
+    found = re.search(rf"^{name} (\S+)$", httpx.get(base_url + "/metrics").text, re.MULTILINE)
+    return float(found.group(1)) if found else math.nan
 
 
 def fair_share_tokens(base_url: str, key: str) -> float:

@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.core.admission_control import AdmissionControl
 from gateway.state.memory_store import MemoryStatsStore
-from policies.admission import AdmissionParams, Admit, Queue
+from policies.admission import AdmissionParams, Admit, Queue, Reason, Reject
 from policies.base import EndpointSnapshot, EngineSignals, RouteRequest, SloTarget
 
 INTERACTIVE = SloTarget("interactive", ttft_s=1.0, priority=10)
@@ -29,11 +29,12 @@ def route(request_id: str, model: str = "m") -> RouteRequest:
     return RouteRequest(request_id, model, "app", INTERACTIVE, 100, 50, True, seq=0)
 
 
-def control() -> AdmissionControl[Waiter]:
+def control(params: AdmissionParams | None = None) -> AdmissionControl[Waiter]:
     def never(coroutine: Coroutine[Any, Any, Any]) -> None:
         coroutine.close()
 
-    return AdmissionControl(AdmissionParams(), {}, MemoryStatsStore(), never, lease_ttl_s=60)
+    params = params or AdmissionParams()
+    return AdmissionControl(params, {}, MemoryStatsStore(), never, lease_ttl_s=60)
 
 
 def queued(admission: AdmissionControl[Waiter], count: int, model: str = "m") -> list[Waiter]:
@@ -87,3 +88,30 @@ def test_after_waiting_only_endpoints_with_headroom_are_eligible() -> None:
     decision, eligible = admission.admit(route("r"), [free, full], NOW_S)
     assert isinstance(decision, Admit) and eligible == [free]
     assert admission.eligible(route("r"), [full]) == [full]  # none has room: all of them
+
+
+def test_a_full_queue_refuses_the_most_served_keys_newest_waiter_not_a_quieter_newcomer() -> None:
+    admission = control(AdmissionParams(queue_max_size=2, fair_share=True))
+    full = [engine(0.99)]
+    noisy = [route(f"noisy{i}")._replace(tenant="noisy") for i in range(3)]
+    admission.fair.admitted(noisy[0], 5000)  # served before the fleet filled
+    for waiting in noisy[:2]:
+        decision, _ = admission.admit(waiting, full, NOW_S)
+        assert isinstance(decision, Queue)
+        assert admission.enqueue(Waiter(waiting), decision.deadline_s)
+    refused, _ = admission.admit(noisy[2], full, NOW_S)  # its own key is the most served
+    assert isinstance(refused, Reject) and refused.reason == Reason.QUEUE_FULL
+    assert admission.take_displaced() == []
+    quiet = route("quiet")._replace(tenant="quiet")
+    decision, _ = admission.admit(quiet, full, NOW_S)
+    assert isinstance(decision, Queue)
+    assert admission.take_displaced() == [Waiter(noisy[1])]
+    assert admission.enqueue(Waiter(quiet), decision.deadline_s)
+    assert admission.queued["m"] == 2
+    first_come = control(AdmissionParams(queue_max_size=2, fair_share=False))
+    for waiting in noisy[:2]:
+        decision, _ = first_come.admit(waiting, full, NOW_S)
+        assert isinstance(decision, Queue)
+        first_come.enqueue(Waiter(waiting), decision.deadline_s)
+    refused, _ = first_come.admit(quiet, full, NOW_S)
+    assert isinstance(refused, Reject) and first_come.take_displaced() == []

@@ -168,3 +168,23 @@ def test_a_replica_that_charged_nothing_reads_what_its_queue_asks_about() -> Non
     assert idle.level("chat", "a", NOW_S) == 0.0  # not read yet: asked for now
     run_to_completion(idle.sync(store, NOW_S + 1))
     assert idle.level("chat", "a", NOW_S + 1) == 400.0
+
+
+def test_a_full_queue_gives_the_most_served_keys_newest_place_to_a_less_served_one() -> None:
+    queue = queue_of(
+        ("noisy-1", "chat", "noisy", NOW_S + 1.0),
+        ("noisy-2", "chat", "noisy", NOW_S + 1.1),
+        ("busy-1", "chat", "busy", NOW_S + 1.2),
+        ("batch-noisy", "batch", "noisy", NOW_S + 1.3),
+    )
+    levels = {"noisy": 5000.0, "busy": 3000.0, "quiet": 100.0}.__getitem__
+
+    def of(group: str, key: str) -> float:
+        return levels(key)
+
+    assert queue.displace("chat", "busy", of) == "noisy-2"  # the newest of the most served
+    assert queue.displace("chat", "noisy", of) is None  # nobody is served more than it
+    assert queue.displace("chat", "quiet", of, mate=lambda item: item != "noisy-1") == "busy-1"
+    assert queue.displace("chat", "quiet", of) == "noisy-1"
+    assert queue.displace("chat", "quiet", of) is None  # another class's waiter stays
+    assert len(queue) == 1
