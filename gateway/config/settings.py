@@ -189,6 +189,9 @@ class TenantFairness(StrictModel):
     # Whether a client may name a sub-tenant (`x-fairness-id`, or the Kubernetes inference
     # gateway's `x-gateway-inference-fairness-id`) that gets a share of its own.
     sub_ids: bool = False
+    # How many sub-tenant ids one replica keeps apart for the tenant (each is a counter in the
+    # shared store and a metric series until forgotten); a new id past it counts as the tenant.
+    max_sub_ids: int = Field(100, ge=1)
 
 
 class TenantSpec(StrictModel):

@@ -10,6 +10,7 @@ queue's order reads those plus what this replica charged since (`level`).
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import NamedTuple
@@ -17,7 +18,9 @@ from typing import NamedTuple
 from gateway.config.settings import GatewayConfig
 from gateway.state.store import StatsStore
 from policies.base import RouteRequest
-from policies.fair_share import NO_COUNTERS, Counters, floor, level, served_tokens
+from policies.fair_share import FORGET_S, NO_COUNTERS, Counters, floor, level, served_tokens
+
+log = logging.getLogger(__name__)
 
 
 class _Charge(NamedTuple):
@@ -97,3 +100,33 @@ def _amount(charges: Mapping[str, Mapping[str, float]], slo_class: str, key: str
 
 def _charges() -> defaultdict[str, defaultdict[str, float]]:
     return defaultdict(lambda: defaultdict(float))
+
+
+class SubIds:
+    """The sub-tenant ids each tenant's clients named on this replica lately, at most a cap
+    per tenant: each id is a counter in the shared store and a metric series until forgotten,
+    and the client chooses it, so without a cap one client could make any number of them."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, dict[str, float]] = {}  # tenant -> id -> last named (s)
+        self._warned: set[str] = set()  # tenants past their cap, logged once
+
+    def key(self, tenant: str, named: str, cap: int, now_s: float) -> str:
+        """ "<tenant>/<named>", or the tenant itself when `cap` other ids of the tenant were
+        named within FORGET_S (the fairness counters forget keys as old)."""
+        seen = self._seen.setdefault(tenant, {})
+        if named not in seen and len(seen) >= cap:
+            for old in [i for i, at_s in seen.items() if at_s < now_s - FORGET_S]:
+                del seen[old]
+            if len(seen) >= cap:
+                if tenant not in self._warned:
+                    self._warned.add(tenant)
+                    log.warning(
+                        "tenant %r named more than max_sub_ids (%d) fairness sub-ids at once: "
+                        "new ones count as the tenant",
+                        tenant,
+                        cap,
+                    )
+                return tenant
+        seen[named] = now_s
+        return f"{tenant}/{named}"

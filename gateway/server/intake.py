@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from starlette.types import Receive
 
 from gateway.config.settings import Api
 from gateway.core.engine_hints import EngineHints
+from gateway.core.fair_charges import SubIds
 from gateway.errors import BodyTooLarge, InvalidRequest, ModelNotFound
 from gateway.server.auth import Caller, model_not_allowed
 from gateway.server.runtime import Runtime
@@ -115,7 +117,7 @@ def route_request(
         stream=stream,
         seq=runtime.next_seq(),
         session=session_of(headers, intake.body),
-        fairness_key=fairness_key_of(intake.caller, headers),
+        fairness_key=fairness_key_of(intake.caller, headers, runtime.sub_ids),
     )
 
 
@@ -125,11 +127,13 @@ def _usable(intake: Intake, models: list[str] | tuple[()], api: Api) -> tuple[st
     return tuple(m for m in models if intake.caller.may_use(m) and registry.serving(m, api))
 
 
-def fairness_key_of(caller: Caller, headers: dict[bytes, str]) -> str | None:
+def fairness_key_of(caller: Caller, headers: dict[bytes, str], sub_ids: SubIds) -> str | None:
     """A sub-tenant the client named (`x-fairness-id`, else the Kubernetes inference gateway's
     `x-gateway-inference-fairness-id`), where its tenant allows one: "<tenant>/<id>". The id
-    becomes a counter in the shared store and a metric label, so it is held to a short name."""
-    if not caller.config.fairness.sub_ids:
+    becomes a counter in the shared store and a metric label, so it is held to a short name,
+    and to `max_sub_ids` of them per tenant (`SubIds`)."""
+    fairness = caller.config.fairness
+    if not fairness.sub_ids:
         return None
     for header in (b"x-fairness-id", b"x-gateway-inference-fairness-id"):
         named = headers.get(header)
@@ -140,7 +144,7 @@ def fairness_key_of(caller: Caller, headers: dict[bytes, str]) -> str | None:
                     "characters.",
                     header.decode(),
                 )
-            return f"{caller.tenant}/{named}"
+            return sub_ids.key(caller.tenant, named, fairness.max_sub_ids, time.monotonic())
     return None
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.config.api_records import ApiRecords, parse_records
 from gateway.config.settings import GatewayConfig, Settings, TenantBudget, TenantLimits
-from gateway.core.fair_charges import weights
+from gateway.core.fair_charges import SubIds, weights
 from gateway.server.admission_queue import LiveAdmission
 from gateway.server.auth import KeyRing, warn_unset_keys
 from gateway.server.finisher import Finisher
@@ -96,6 +96,7 @@ class Runtime:
     control: ControlStore
     windows: ContextWindows
     api: ApiRecords = field(default_factory=ApiRecords)
+    sub_ids: SubIds = field(default_factory=SubIds)  # fairness sub-tenants named lately
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
 

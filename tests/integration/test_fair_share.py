@@ -73,6 +73,16 @@ def test_a_sub_tenant_named_by_header_counts_on_its_own_where_the_tenant_allows(
     assert not any(d["waited_for_fairness"] for d in decisions)  # an idle fleet: nobody waits
 
 
+def test_past_its_cap_a_new_sub_tenant_id_counts_as_the_tenant() -> None:
+    tenants = tenants_with(acme={"fairness": {"sub_ids": True, "max_sub_ids": 2}})
+    with one_engine_gateway(tenants=tenants) as gw:
+        for named in ("team-a", "team-b", "team-c", "team-a"):
+            assert chat(gw.base_url, TENANT_KEY, {"x-fairness-id": named}).status_code == 200
+        decisions = httpx.get(gw.base_url + "/admin/decisions", headers=ADMIN).json()["decisions"]
+    keys = [d["fairness_key"] for d in sorted(decisions, key=lambda d: d["at_s"])]
+    assert keys == ["acme/team-a", "acme/team-b", "acme", "acme/team-a"]
+
+
 @pytest.mark.parametrize("named", ["x" * 65, "team a", "team/a", "a,b"])
 def test_a_sub_tenant_id_that_is_no_short_name_is_refused_naming_the_header(named: str) -> None:
     """The id becomes a shared counter and a metric label: 1-64 of [A-Za-z0-9._:@-]."""

@@ -9,12 +9,12 @@ import pytest
 from pydantic import ValidationError
 
 from gateway.config.settings import TenantFairness
-from gateway.core.fair_charges import FairShare
+from gateway.core.fair_charges import FairShare, SubIds
 from gateway.state.background import run_to_completion
 from gateway.state.memory_store import MemoryStatsStore
 from policies.base import RouteRequest, SloTarget
 from policies.deadline_queue import DeadlineQueue
-from policies.fair_share import ACTIVE_S, Counters, charged, floor, level
+from policies.fair_share import ACTIVE_S, FORGET_S, Counters, charged, floor, level
 
 NOW_S = 1000.0
 CHAT = SloTarget("chat", ttft_s=1.0, priority=10)
@@ -188,3 +188,15 @@ def test_a_full_queue_gives_the_most_served_keys_newest_place_to_a_less_served_o
     assert queue.displace("chat", "quiet", of) == "noisy-1"
     assert queue.displace("chat", "quiet", of) is None  # another class's waiter stays
     assert len(queue) == 1
+
+
+def test_a_tenant_keeps_at_most_its_cap_of_sub_ids_apart_until_one_is_forgotten() -> None:
+    ids = SubIds()
+    assert [ids.key("acme", named, 2, NOW_S) for named in ("a", "b", "c")] == [
+        "acme/a",
+        "acme/b",
+        "acme",  # past the cap: counted as the tenant
+    ]
+    assert ids.key("acme", "a", 2, NOW_S + 1) == "acme/a"  # a known id stays apart
+    assert ids.key("zeta", "c", 2, NOW_S) == "zeta/c"  # each tenant has its own cap
+    assert ids.key("acme", "c", 2, NOW_S + FORGET_S + 0.5) == "acme/c"  # b was forgotten
