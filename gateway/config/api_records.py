@@ -21,6 +21,7 @@ from gateway.config.strict_model import StrictModel
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 SECRET_PREFIX = "sk-sg-"
+MAX_GRACE_S = 7 * 86400.0  # a rotated key's old secret works at most a week longer
 
 
 class KeyRules(StrictModel):
@@ -39,6 +40,14 @@ class KeyCreate(KeyRules):
     tenant: str = Field(min_length=1)
 
 
+class KeyRotate(StrictModel):
+    """The body of a rotation (optional)."""
+
+    grace_s: float = Field(
+        0.0, ge=0, le=MAX_GRACE_S, description="how long the old secret keeps working (s)"
+    )
+
+
 class KeyRecord(KeyRules):
     """A stored key: never its secret."""
 
@@ -48,6 +57,9 @@ class KeyRecord(KeyRules):
     masked: str
     created_at: float
     revoked_at: float | None = None
+    # a rotation's old secret, working until `previous_until` (unix s) so clients can move over
+    previous_sha256: str | None = None
+    previous_until: float | None = None
 
     @property
     def subject(self) -> str:
@@ -60,7 +72,8 @@ class KeyRecord(KeyRules):
 
     def view(self) -> dict[str, Any]:
         """As the admin API shows it: the hash stays inside."""
-        return self.model_dump(exclude={"sha256"}) | {"object": "api_key", "source": "api"}
+        hidden = {"sha256", "previous_sha256"}
+        return self.model_dump(exclude=hidden) | {"object": "api_key", "source": "api"}
 
 
 class TenantCreate(TenantSpec):

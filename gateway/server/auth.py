@@ -35,6 +35,7 @@ class Caller:
     tenant: str
     config: TenantSpec
     key: KeyRecord | None = None  # an API key's record; None for a config file key
+    until: float | None = None  # a rotated key's old secret: works until then (unix s)
 
     def may_use(self, model: str) -> bool:
         allowed = self.key.allowed_models if self.key is not None else None
@@ -63,7 +64,11 @@ class KeyRing:
                 self._tenants[digest] = Caller(name, tenant)
         for key in api_keys:
             if key.tenant in self.tenants:
-                self._tenants[key.sha256] = Caller(key.tenant, self.tenants[key.tenant], key)
+                spec = self.tenants[key.tenant]
+                self._tenants[key.sha256] = Caller(key.tenant, spec, key)
+                if key.previous_sha256 is not None:
+                    old = Caller(key.tenant, spec, key, key.previous_until)
+                    self._tenants[key.previous_sha256] = old
         self._admin = _digest_of(config.server.admin_key_env)
         self._metrics = _digest_of(config.server.metrics_token_env)
         self._metrics_protected = config.server.metrics_token_env is not None
@@ -84,6 +89,10 @@ class KeyRing:
             raise AuthenticationFailed(_INVALID, code="invalid_api_key")
         if caller.key is not None:
             _check_live(caller.key, time.time())
+            if caller.until is not None and caller.until <= time.time():
+                raise AuthenticationFailed(
+                    "This API key was rotated; use its new secret.", code="key_rotated"
+                )
         return caller
 
     def require_admin(self, authorization: str | None) -> None:

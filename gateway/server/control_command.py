@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import httpx
@@ -146,14 +147,23 @@ def list_keys(
 
 
 @keys.command("rotate")
-def rotate_key(key_id: str, as_json: AsJson = False) -> None:
-    """Give a key a new secret (printed once); the old one stops working."""
-    rotated = call("POST", f"/admin/keys/{key_id}/rotate")
+def rotate_key(
+    key_id: str,
+    grace_s: Annotated[
+        float, typer.Option(min=0, help="Seconds the old secret keeps working (default: none).")
+    ] = 0.0,
+    as_json: AsJson = False,
+) -> None:
+    """Give a key a new secret (printed once); the old one stops working, at once or after
+    --grace-s."""
+    rotated = call("POST", f"/admin/keys/{key_id}/rotate", {"grace_s": grace_s})
     if as_json:
         typer.echo(json.dumps(rotated, indent=2))
         return
     typer.echo(f"rotated {rotated['id']}")
     typer.echo(f"new secret (shown once, store it now): {rotated['key']}")
+    if rotated.get("previous_until"):
+        typer.echo(f"the old secret works until {_when(rotated['previous_until'])}")
 
 
 @keys.command("revoke")
@@ -215,3 +225,8 @@ def delete_tenant(name: str) -> None:
 def register(cli: typer.Typer) -> None:
     cli.add_typer(keys, name="keys")
     cli.add_typer(tenants, name="tenants")
+
+
+def _when(unix_s: float) -> str:
+    """A moment as UTC ISO 8601, to the second."""
+    return datetime.fromtimestamp(unix_s, UTC).isoformat(timespec="seconds")

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from gateway.config.api_records import (
     KeyCreate,
     KeyRecord,
+    KeyRotate,
     KeyRules,
     TenantCreate,
     TenantRecord,
@@ -128,15 +129,21 @@ async def update_key(key_id: str, request: Request) -> JSONResponse:
     return JSONResponse((await _change_key(request, runtime, "key.update", key_id, change)).view())
 
 
-@routes.post("/admin/keys/{key_id}/rotate")
+@routes.post("/admin/keys/{key_id}/rotate", openapi_extra=openapi.admin_body(KeyRotate, False))
 async def rotate_key(key_id: str, request: Request) -> JSONResponse:
     runtime = await _admin(request)
+    headers = request.headers  # the body is optional: none is a rotation without grace
+    sent = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+    body = await read_body(request, runtime.config.server.max_body_bytes) if sent else {}
+    grace_s = _parse(KeyRotate, body).grace_s
     secret, digest, masked = new_secret()
 
     def change(record: KeyRecord) -> KeyRecord:
         if record.revoked_at is not None:
             raise Conflict("A revoked key cannot be rotated; create a new one.", code="revoked")
-        return record.model_copy(update={"sha256": digest, "masked": masked})
+        previous, until = (record.sha256, time.time() + grace_s) if grace_s else (None, None)
+        update = {"sha256": digest, "masked": masked, "previous_sha256": previous}
+        return record.model_copy(update=update | {"previous_until": until})
 
     record = await _change_key(request, runtime, "key.rotate", key_id, change)
     return JSONResponse(record.view() | {"key": secret})

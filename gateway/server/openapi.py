@@ -200,14 +200,14 @@ def stored_route() -> dict[str, Any]:
     return {"responses": error_responses(statuses)}
 
 
-def admin_body(model: type[BaseModel]) -> dict[str, Any]:
+def admin_body(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
     """An admin route's JSON body, described by the Pydantic model that validates it (its
     `$defs` inlined: the document has no components for them)."""
     schema = model.model_json_schema()
     defs = schema.pop("$defs", {})
     return {
         "requestBody": {
-            "required": True,
+            "required": required,
             "content": {"application/json": {"schema": _inlined(schema, defs)}},
         },
         "responses": error_responses(

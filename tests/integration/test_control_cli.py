@@ -46,9 +46,14 @@ def test_a_keys_whole_life_from_the_command_line(gateway: str) -> None:
     assert works(gateway, secret) == 200
     code, out = run(gateway, "keys", "list", "--tenant", "gamma")
     assert code == 0 and key_id in out and secret not in out and secret[-4:] in out
+    code, out = run(gateway, "keys", "rotate", key_id, "--grace-s", "600")
+    graced = re.search(r"store it now\): (\S+)", out).group(1)  # type: ignore[union-attr]
+    assert code == 0 and "old secret works until" in out
+    assert works(gateway, secret) == 200 and works(gateway, graced) == 200
     code, out = run(gateway, "keys", "rotate", key_id)
     new_secret = re.search(r"store it now\): (\S+)", out).group(1)  # type: ignore[union-attr]
-    assert code == 0 and works(gateway, secret) == 401 and works(gateway, new_secret) == 200
+    assert code == 0 and works(gateway, secret) == 401 and works(gateway, graced) == 401
+    assert works(gateway, new_secret) == 200
     code, out = run(gateway, "keys", "revoke", key_id)
     assert code == 0 and works(gateway, new_secret) == 401
     code, out = run(gateway, "tenants", "list")

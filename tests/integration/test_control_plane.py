@@ -84,6 +84,24 @@ def test_rotate_gives_a_new_secret_and_the_old_one_stops(gateway: str) -> None:
     assert old.status_code == 401 and old.json()["error"]["code"] == "invalid_api_key"
 
 
+def test_a_rotation_with_grace_keeps_the_old_secret_working_until_it_ends(gateway: str) -> None:
+    created = new_key(gateway)
+    path = f"/admin/keys/{created['id']}/rotate"
+    assert admin(gateway, "POST", path, {"grace_s": -1}).json()["error"]["param"] == "grace_s"
+    rotated = admin(gateway, "POST", path, {"grace_s": 1.0}).json()
+    assert "previous_sha256" not in rotated and rotated["previous_until"] > time.time()
+    assert chat(gateway, rotated["key"]).status_code == 200
+    assert chat(gateway, created["key"]).status_code == 200  # within the grace
+    time.sleep(max(0.0, rotated["previous_until"] - time.time()) + 0.05)
+    old = chat(gateway, created["key"])
+    assert old.status_code == 401 and old.json()["error"]["code"] == "key_rotated"
+    assert chat(gateway, rotated["key"]).status_code == 200
+    again = admin(gateway, "POST", path).json()  # no body: no grace, the last secret stops
+    assert again["previous_until"] is None
+    assert chat(gateway, rotated["key"]).json()["error"]["code"] == "invalid_api_key"
+    assert chat(gateway, created["key"]).json()["error"]["code"] == "invalid_api_key"
+
+
 def test_revoked_and_expired_keys_are_refused_with_their_own_codes(gateway: str) -> None:
     revoked = new_key(gateway)
     admin(gateway, "POST", f"/admin/keys/{revoked['id']}/revoke").raise_for_status()
