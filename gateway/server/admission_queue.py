@@ -207,7 +207,7 @@ class LiveAdmission:
     async def admit_tenant(self, route: RouteRequest, record: RequestRecord) -> None:
         """Noted in the record: the reservation to settle and the limit headers, which every
         answer carries (a refusal too: the middleware adds them)."""
-        prices = self._prices(route)
+        prices = self._prices(route, record)
         ticket = await self.control.tenant_ticket(route, time.time(), prices)
         record.reserved_slot, record.reserved_tokens = ticket.slot, ticket.reserved
         record.held_pusd = ticket.held_pusd
@@ -218,13 +218,15 @@ class LiveAdmission:
         if rejected is not None:
             raise self._shed(route, rejected.status, rejected.reason, rejected.retry_after_s)
 
-    def _prices(self, route: RouteRequest) -> list[Price]:
-        """The prices of the endpoints that may serve `route` (none asked for when its tenant
-        has no budget: only a budget needs its cost)."""
+    def _prices(self, route: RouteRequest, record: RequestRecord) -> list[Price]:
+        """The prices of the endpoints that may serve `route`, of its model or of a model it
+        may fall back to (none asked for when its tenant has no budget: only a budget needs
+        its cost). A fallback can be dearer, and the hold must cover what it may cost."""
         if route.tenant not in self._budgeted:
             return []
+        models = {route.model, *record.fallbacks, *record.context_fallbacks}
         endpoints = self.registry.endpoints.values()
-        return [e.price for e in endpoints if route.model in e.models]
+        return [e.price for e in endpoints if not models.isdisjoint(e.models)]
 
     def charging(
         self, route: RouteRequest, record: RequestRecord, seen: Callable[[StreamGrammar], float]
@@ -259,7 +261,7 @@ class LiveAdmission:
         second round trip, only for a key that has them: none otherwise); a key refused gives
         its tenant's admission back."""
         keyed = route._replace(tenant=subject)
-        ticket = await self.control.tenant_ticket(keyed, time.time(), self._prices(keyed))
+        ticket = await self.control.tenant_ticket(keyed, time.time(), self._prices(keyed, record))
         record.limit_headers = ticket.headers or record.limit_headers
         if ticket.reject is None:
             record.key_slot, record.key_reserved = ticket.slot, ticket.reserved

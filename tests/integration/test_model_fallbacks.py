@@ -138,6 +138,29 @@ def test_a_refusal_falls_back_but_a_tenant_limit_does_not() -> None:
     assert len(served) == 1
 
 
+def test_a_budget_hold_is_priced_at_the_dearest_model_it_may_fall_back_to() -> None:
+    """BIG is served free, its fallback dear: a request for BIG holds what the fallback would
+    cost against the budget (here all of it), so while one runs a second is refused."""
+    dear = {"input_per_1m": 1000.0, "output_per_1m": 1000.0}
+    members: Fleet = {
+        "big": member(engine(), models={BIG: ENGINE_MODEL}),
+        "small": member(engine(), price=dear),
+    }
+    tenants = tenants_with(acme={"budget": {"usd_per_day": 0.01}})
+    with fleet_gateway(members, tenants=tenants, **SECTIONS) as (gateway, _):
+        url = gateway.base_url
+        holding, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=hold_stream, args=(url, holding, release), daemon=True)
+        holder.start()
+        assert holding.wait(10)
+        client = openai.OpenAI(base_url=url + "/v1", api_key=TENANT_KEY, max_retries=0)
+        with pytest.raises(openai.RateLimitError) as refused:
+            client.chat.completions.create(model=BIG, messages=HI, max_tokens=2)  # type: ignore[arg-type]
+        release.set()
+        holder.join(30)
+    assert refused.value.response.headers["x-slo-gateway-reason"] == "tenant_budget_exceeded"
+
+
 LONG = "llama-long"
 WORDS = "word " * 2000  # about 2000 tokens: past a 256-token window, within 8192
 CONTEXT = {PUBLIC_MODEL: [LONG]}
