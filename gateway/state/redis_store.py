@@ -114,6 +114,8 @@ class RedisStatsStore:
         self.usage_retention_s = usage_retention_s
         self._owns_client = owns_client
         self._bucket_count = math.ceil(window_s / bucket_s)
+        # latency buckets no write reaches any more (see `read`): endpoint, bucket -> fields
+        self._sealed: dict[tuple[str, int], dict[Any, Any]] = {}
         self._loading = asyncio.Lock()
         self._loaded = 0  # how many times the scripts were loaded
         self._scripts: dict[str, AsyncScript] = {
@@ -166,25 +168,47 @@ class RedisStatsStore:
         await self.client.zrem(self.keys.leases(endpoint_id), request_id)
 
     async def read(self, endpoint_ids: Sequence[str], *, now: float) -> Mapping[str, EndpointStats]:
+        """Every endpoint's shared stats, in one pipeline. A latency bucket two or more behind
+        the newest is sealed: a sample goes to the bucket of its own time, and its write lands
+        well within a bucket (5 s) of it, so such a bucket is read once and kept (this
+        replica's own later writes to one unseal it). The shared view reads every 0.1 s: this
+        cuts its reads from 12 latency buckets per endpoint to 2 (of 16 commands to 6)."""
         newest = window.bucket_index(now, self.bucket_s)
         buckets = range(newest, newest - self._bucket_count, -1)
         fast_newest = window.bucket_index(now, FAST_BUCKET_S)
         fast = range(fast_newest, fast_newest - FAST_BUCKETS, -1)
+        sealed = self._sealed
+        # what was sealed when the pipeline was built: a read running meanwhile may seal more
+        kept = {
+            (eid, b): sealed[eid, b] for eid in endpoint_ids for b in buckets if (eid, b) in sealed
+        }
         async with self.client.pipeline(transaction=False) as pipe:
             for eid in endpoint_ids:
                 pipe.zcount(self.keys.leases(eid), f"({now!r}", "+inf")
                 pipe.hgetall(self.keys.health(eid))
                 for bucket in buckets:
-                    pipe.hgetall(self.keys.latency(eid, bucket))
+                    if (eid, bucket) not in kept:
+                        pipe.hgetall(self.keys.latency(eid, bucket))
                 for bucket in fast:
                     pipe.hgetall(self.keys.fast(eid, bucket))
-            replies = await pipe.execute()
+            replies = iter(await pipe.execute())
         weights = [window.weight((newest - b) * self.bucket_s, self.half_life_s) for b in buckets]
-        size = 2 + len(buckets) + len(fast)
-        return {
-            eid: stats_of(replies[i * size : (i + 1) * size], weights)
-            for i, eid in enumerate(endpoint_ids)
-        }
+        found = {}
+        for eid in endpoint_ids:
+            parts = [next(replies), next(replies)]
+            for bucket in buckets:
+                fields = kept.get((eid, bucket))
+                if fields is None:
+                    fields = next(replies)
+                    if bucket <= newest - 2:
+                        sealed[eid, bucket] = fields
+                parts.append(fields)
+            parts += [next(replies) for _ in fast]
+            found[eid] = stats_of(parts, weights)
+        oldest = newest - self._bucket_count
+        for key in [k for k in sealed if k[1] <= oldest]:
+            del sealed[key]
+        return found
 
     async def read_in_flight(self, endpoint_ids: Sequence[str], *, now: float) -> dict[str, int]:
         async with self.client.pipeline(transaction=False) as pipe:
@@ -201,6 +225,7 @@ class RedisStatsStore:
         self, endpoint_id: str, sample: LatencySample
     ) -> tuple[list[str], list[str | int | float]]:
         bucket = window.bucket_index(sample.at_s, self.bucket_s)
+        self._sealed.pop((endpoint_id, bucket), None)  # a late write of ours: read it again
         fast_bucket = window.bucket_index(sample.at_s, FAST_BUCKET_S)
         increments = window.sample_fields(sample)
         args: list[str | int | float] = [

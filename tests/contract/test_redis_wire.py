@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Any
@@ -70,6 +71,42 @@ async def test_each_hot_path_operation_is_one_round_trip(counted: RedisStatsStor
 
     for operation in (read, read_in_flight, acquire, observe, release):
         assert await round_trips(counted, operation) == 1, operation.__name__
+
+
+async def test_a_sealed_bucket_is_read_once_and_an_own_late_write_read_again(
+    redis_url: str, key_prefix: str
+) -> None:
+    """Buckets two or more behind the newest are read once: a write to one by another
+    replica (as late as no write should be) is not read again, the newest two are read on
+    every call, this replica's own write to a sealed bucket unseals it, and reads at once
+    agree."""
+    store = RedisStatsStore(Redis.from_url(redis_url), prefix=key_prefix, owns_client=True)
+    other = RedisStatsStore(Redis.from_url(redis_url), prefix=key_prefix, owns_client=True)
+    third = RedisStatsStore(Redis.from_url(redis_url), prefix=key_prefix, owns_client=True)
+    old, recent = NOW - 3 * store.bucket_s, NOW - store.bucket_s
+    try:
+        for at_s in (old, recent, NOW):
+            await store.observe("a", sample(at_s))
+
+        async def samples() -> int:
+            stats = await store.read(["a"], now=NOW)
+            return stats["a"].latency.samples
+
+        assert await samples() == 3
+        await other.observe("a", sample(old))  # sealed here: not read again
+        await other.observe("a", sample(recent))  # the newest two are read every time
+        assert await samples() == 4
+        fresh = await other.read(["a"], now=NOW)
+        assert fresh["a"].latency.samples == 5  # a replica that never sealed it reads it all
+        await store.observe("a", sample(old))  # our own late write: read again
+        assert await samples() == 6
+        # reads running at once (the view's and the health probes') on a store that has
+        # sealed nothing yet: each reads what was sealed when it started
+        reads = [third.read(["a", "b"], now=NOW) for _ in range(8)]
+        assert {stats["a"].latency.samples for stats in await asyncio.gather(*reads)} == {6}
+    finally:
+        for opened in (store, other, third):
+            await opened.close()
 
 
 async def test_a_write_batch_is_one_round_trip_in_order(counted: RedisStatsStore) -> None:
