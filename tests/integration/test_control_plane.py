@@ -222,6 +222,17 @@ def test_the_admin_api_needs_the_admin_key(gateway: str) -> None:
         assert response.status_code == 401
 
 
+def test_the_admin_api_is_rate_limited() -> None:
+    from gateway.server.control_routes import ADMIN_REQUESTS_PER_MIN
+
+    with one_engine_gateway() as server, httpx.Client(headers=ADMIN, timeout=10) as http:
+        answers = [http.get(server.base_url + "/admin/keys") for _ in range(ADMIN_REQUESTS_PER_MIN)]
+        refused = http.get(server.base_url + "/admin/keys")
+    assert {answer.status_code for answer in answers} == {200}
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "10"
+    assert refused.json()["error"]["code"] == "admin_rate_limited"
+
+
 def test_every_admin_change_is_one_audit_line_without_secrets(
     gateway: str, caplog: pytest.LogCaptureFixture
 ) -> None:
