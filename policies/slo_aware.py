@@ -20,8 +20,10 @@ Method
      misses it). Within each, cheapest for this request first (prompt and N tokens at the
      endpoint's prices, the prompt tokens predicted cached at its cached rate), self-hosted
      (kind vllm) before hosted at equal cost, then the most headroom in bands of `band`
-     (p95/target rounded down to a multiple of it), then the least uncached prompt (in
-     tenths of it: a cache holder keeps its prefix within the band), then the least
+     counted from the best meeting endpoint ((p95/target − the least p95/target) rounded
+     down to a multiple of it: fixed multiples put two endpoints measured a hair apart
+     either side of a boundary, and identical engines split 179/25), then the least uncached
+     prompt (in tenths of it: a cache holder keeps its prefix within the band), then the least
      utilised (in-flight over max_concurrency, or in-flight alone), then the most headroom.
      Equal endpoints thus share load: the model's TTFT does not grow with in-flight requests
      below a batch's slots, so without bands the one whose fit is a little better takes
@@ -253,10 +255,7 @@ def _tiers(
     unproven: list[OtherKey] = []
     misses: list[MissKey] = []
     ratios = [ratio(slo, prediction, stream) for prediction in predictions]
-    # bands count from the best meeting endpoint, not from zero: two endpoints whose p95s are
-    # measured a hair apart must not fall either side of a fixed boundary (identical engines
-    # then split the load 179/25)
-    best = min([worst for worst in ratios if worst <= 1.0], default=0.0)
+    best = min([worst for worst in ratios if worst <= 1.0], default=0.0)  # bands count from it
     for index, (snapshot, prediction) in enumerate(zip(candidates, predictions, strict=True)):
         worst = ratios[index]
         uncertainty = prediction.uncertainty
