@@ -112,8 +112,8 @@ class SubIds:
         self._warned: set[str] = set()  # tenants past their cap, logged once
 
     def key(self, tenant: str, named: str, cap: int, now_s: float) -> str:
-        """ "<tenant>/<named>", or the tenant itself when `cap` other ids of the tenant were
-        named within FORGET_S (the fairness counters forget keys as old)."""
+        """The fairness key: `<tenant>/<named>`, or the tenant itself when `cap` other ids of
+        the tenant were named within FORGET_S (the fairness counters forget keys as old)."""
         seen = self._seen.setdefault(tenant, {})
         if named not in seen and len(seen) >= cap:
             for old in [i for i, at_s in seen.items() if at_s < now_s - FORGET_S]:
