@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from gateway.config.settings import SloClassConfig, TenantLimits
+from gateway.config.settings import SloClassConfig, TenantFairness, TenantLimits
 from gateway.config.strict_model import StrictModel
 from gateway.offline.trace import PlannedRequest
 from gateway.offline.trace_replay import TraceSpec
@@ -45,6 +45,7 @@ class ProviderSpec(StrictModel):
 class ScenarioTenant(StrictModel):
     allowed_classes: list[str] = Field(min_length=1)
     limits: TenantLimits = TenantLimits()
+    fairness: TenantFairness = TenantFairness()  # its weight in fair share, as in the config
 
 
 class Traffic(StrictModel):
@@ -185,6 +186,7 @@ class Scenario(StrictModel):
                 "allowed_classes": spec.allowed_classes,
                 "default_class": spec.allowed_classes[0],
                 "limits": spec.limits.model_dump(exclude_none=True),
+                "fairness": spec.fairness.model_dump(),
             }
             for name, spec in self.tenants.items()
         }

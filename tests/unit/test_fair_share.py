@@ -200,3 +200,23 @@ def test_a_tenant_keeps_at_most_its_cap_of_sub_ids_apart_until_one_is_forgotten(
     assert ids.key("acme", "a", 2, NOW_S + 1) == "acme/a"  # a known id stays apart
     assert ids.key("zeta", "c", 2, NOW_S) == "zeta/c"  # each tenant has its own cap
     assert ids.key("acme", "c", 2, NOW_S + FORGET_S + 0.5) == "acme/c"  # b was forgotten
+
+
+def test_a_scenario_tenants_weight_reaches_the_simulated_gateway() -> None:
+    """noisy_neighbour under fair share, the noisy tenant weighted 4 against 1: the simulated
+    gateway reads the weight from the scenario, and the noisy tenant is served more."""
+    from benchmarks.noisy_neighbour import POLICY, measure_tenants, variant
+    from gateway.config.settings import TenantFairness
+    from gateway.offline.fairness_scenarios import NOISY
+    from gateway.offline.simulator import Simulator
+
+    def noisy_served(weight: float) -> float:
+        scenario = variant("fair")
+        tenants = dict(scenario.tenants)
+        fairness = TenantFairness(weight=weight)
+        tenants[NOISY] = tenants[NOISY].model_copy(update={"fairness": fairness})
+        scenario = scenario.model_copy(update={"tenants": tenants})
+        result = Simulator(scenario, scenario.plan(1), {"name": POLICY}, seed=1).run()
+        return measure_tenants(result.records, scenario)[f"{NOISY}_served_tokens"]
+
+    assert noisy_served(4.0) > noisy_served(1.0)
