@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gateway.config.api_records import ApiRecords, parse_records
@@ -164,22 +165,23 @@ class Runtime:
         )
 
     def start(self) -> None:
-        """Start every background task; `close` stops them."""
-        jobs: list[Coroutine[Any, Any, None]] = [
-            self.view.run(),
-            self.scraper.run(),
-            self.health.run(),
-            self.windows.run(),
-            self.admission.run(),
-            self.admission.settle_batches(),
-            self.admission.sync_fair_share(),
-            self.router.finisher.leases.run(),
-            self.metrics.usage.run(),
-            follow_records(self.control, self.apply_records),
+        """Start every background task, each restarted if it fails (`kept_running`); `close`
+        stops them."""
+        jobs: list[Job] = [
+            self.view.run,
+            self.scraper.run,
+            self.health.run,
+            self.windows.run,
+            self.admission.run,
+            self.admission.settle_batches,
+            self.admission.sync_fair_share,
+            self.router.finisher.leases.run,
+            self.metrics.usage.run,
+            partial(follow_records, self.control, self.apply_records),
         ]
         if isinstance(self.store, ResilientStore):
-            jobs.append(self.store.watch())
-        self.tasks = [asyncio.create_task(job) for job in jobs]
+            jobs.append(self.store.watch)
+        self.tasks = [asyncio.create_task(kept_running(job)) for job in jobs]
 
     def apply(self, config: GatewayConfig) -> None:
         """Swap in the reloadable sections of a new config (see gateway/server/reload.py)."""
@@ -259,6 +261,29 @@ async def closed(
         return
     task.cancel()
     log.error("shutdown: closing the %s took over %.0f s; left unfinished", what, timeout_s)
+
+
+Job = Callable[[], Coroutine[Any, Any, None]]
+RESTART_AFTER_S = 1.0
+
+
+async def kept_running(job: Job) -> None:
+    """Run a background job, and again after RESTART_AFTER_S when it fails: each job catches
+    the failures it expects (a store that does not answer), and anything else would end its
+    task for good without a word, leaving the gateway on a view, scrape or queue that no longer
+    moves (a reply misread by the shared view's refresh once did)."""
+    while True:
+        try:
+            await job()
+            return
+        except Exception:
+            log.exception("background job %s failed; restarting it", _name_of(job))
+            await asyncio.sleep(RESTART_AFTER_S)
+
+
+def _name_of(job: Job) -> str:
+    found = getattr(job, "func", job)  # a partial's function
+    return str(getattr(found, "__qualname__", found))
 
 
 async def stop_tasks(

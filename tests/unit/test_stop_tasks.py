@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 
 import pytest
 
+from gateway.server import runtime
 from gateway.server.runtime import SHUTDOWN_S, closed, stop_tasks
 from gateway.server.workers import KILL_GRACE_S
 from tests.fixtures.servers import STOP_TIMEOUT_S
@@ -112,3 +114,35 @@ def test_the_whole_shutdown_fits_in_what_a_supervisor_waits() -> None:
     within the 10 s that the test servers wait for a stop."""
     assert SHUTDOWN_S < KILL_GRACE_S
     assert 2.0 + SHUTDOWN_S < STOP_TIMEOUT_S
+
+
+async def test_a_background_job_that_fails_is_logged_and_run_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(runtime, "RESTART_AFTER_S", 0.0)
+    runs: list[int] = []
+
+    async def refresh() -> None:
+        runs.append(len(runs))
+        if len(runs) < 3:
+            raise KeyError("a reply misread")
+
+    with caplog.at_level(logging.ERROR):
+        await asyncio.wait_for(runtime.kept_running(refresh), 1.0)
+    assert runs == [0, 1, 2]  # failed twice, then ran to its end
+    failed = [r for r in caplog.records if "background job" in r.getMessage()]
+    assert len(failed) == 2 and "refresh" in failed[0].getMessage()
+    assert failed[0].exc_info is not None  # the traceback is logged
+
+
+async def test_a_cancelled_background_job_is_not_run_again() -> None:
+    runs: list[int] = []
+
+    async def forever() -> None:
+        runs.append(1)
+        await asyncio.sleep(3600)
+
+    task = asyncio.create_task(runtime.kept_running(forever))
+    await asyncio.sleep(0.01)
+    await stop_tasks([task])
+    assert task.cancelled() and runs == [1]
