@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from tests.fixtures.gateway import (
     member,
     one_engine_gateway,
     running_gateway,
+    stream_held,
     tenants_with,
 )
 from tests.fixtures.live_runs import needs_locust
@@ -108,32 +108,16 @@ def test_a_full_queue_refuses_the_more_served_tenants_waiter_not_the_quieter_new
     ) as (gw, _):
         url = gw.base_url
         assert chat(url, OTHER_TENANT_KEY, {}).status_code == 200  # zeta: a few tokens served
-        holding, release = threading.Event(), threading.Event()
-        holder = threading.Thread(target=hold_stream, args=(url, holding, release), daemon=True)
-        holder.start()
-        assert holding.wait(10)
         with ThreadPoolExecutor(2) as clients:
-            waiter = clients.submit(chat, url, TENANT_KEY, {})
-            assert eventually(lambda: gauge(url, "slo_gateway_queue_depth") == 1)
-            newcomer = clients.submit(chat, url, OTHER_TENANT_KEY, {})
-            displaced = waiter.result(timeout=10)
-            release.set()
-            served = newcomer.result(timeout=20)
-        holder.join(10)
+            with stream_held(url):  # acme's long stream takes the engine's one slot
+                waiter = clients.submit(chat, url, TENANT_KEY, {})
+                assert eventually(lambda: gauge(url, "slo_gateway_queue_depth") == 1)
+                newcomer = clients.submit(chat, url, OTHER_TENANT_KEY, {})
+                displaced = waiter.result(timeout=10)
+            served = newcomer.result(timeout=20)  # once the slot is free
     assert displaced.status_code == 503
     assert displaced.json()["error"]["code"] == "queue_full"
     assert served.status_code == 200, served.text
-
-
-def hold_stream(url: str, holding: threading.Event, release: threading.Event) -> None:
-    """acme's long stream, holding the engine's one slot until `release`."""
-    body = chat_body(max_tokens=2000) | {"stream": True}
-    auth = {"authorization": f"Bearer {TENANT_KEY}"}
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, headers=auth) as answer:
-        chunks = answer.iter_bytes()  # kept: a dropped iterator would close the stream
-        next(chunks, b"")
-        holding.set()
-        release.wait(30)
 
 
 def gauge(base_url: str, name: str) -> float:

@@ -5,7 +5,6 @@ does not fit a model's context window (estimated, or the engine's 400) by the fi
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import anthropic
@@ -29,6 +28,7 @@ from tests.fixtures.gateway import (
     member,
     runtime_of,
     sim_stats,
+    stream_held,
     tenants_with,
 )
 
@@ -86,17 +86,6 @@ def test_a_fallback_must_be_served_and_not_loop() -> None:
                 parse_config(data)
 
 
-def hold_stream(url: str, holding: threading.Event, release: threading.Event) -> None:
-    """A long stream of BIG that holds its endpoint's one concurrency slot until `release`."""
-    body = {"model": BIG, "messages": HI, "max_tokens": 2000, "stream": True}
-    auth = {"authorization": f"Bearer {TENANT_KEY}"}
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, headers=auth) as answer:
-        chunks = answer.iter_bytes()  # kept: a dropped iterator would close the stream
-        next(chunks, b"")
-        holding.set()
-        release.wait(30)
-
-
 def test_a_refusal_falls_back_but_a_tenant_limit_does_not() -> None:
     """BIG's one endpoint is at its concurrency limit: a sheddable request for it, refused
     (saturated), is served by the fallback; a tenant's rate limit is answered as it is."""
@@ -107,24 +96,19 @@ def test_a_refusal_falls_back_but_a_tenant_limit_does_not() -> None:
     tenants = tenants_with(zeta={"limits": {"requests_per_min": 1}})
     with fleet_gateway(members, tenants=tenants, **SECTIONS) as (gateway, urls):
         url = gateway.base_url
-        holding, release = threading.Event(), threading.Event()
-        holder = threading.Thread(target=hold_stream, args=(url, holding, release), daemon=True)
-        holder.start()
-        assert holding.wait(10)
-        batch = openai.OpenAI(base_url=url + "/v1", api_key=OTHER_TENANT_KEY, max_retries=0)
-        raw = batch.chat.completions.with_raw_response.create(
-            model=BIG,
-            messages=HI,  # type: ignore[arg-type]
-            max_tokens=2,
-        )
-        with pytest.raises(openai.RateLimitError) as limited:
-            batch.chat.completions.create(model=BIG, messages=HI, max_tokens=2)  # type: ignore[arg-type]
-        small_requests = sim_stats(urls["small"])["requests_received"]
-        metrics = httpx.get(url + "/metrics").text
-        admin = {"authorization": f"Bearer {ADMIN_KEY}"}
-        decisions = httpx.get(url + "/admin/decisions", headers=admin).json()["decisions"]
-        release.set()
-        holder.join(30)
+        with stream_held(url, BIG):  # BIG's one slot taken
+            batch = openai.OpenAI(base_url=url + "/v1", api_key=OTHER_TENANT_KEY, max_retries=0)
+            raw = batch.chat.completions.with_raw_response.create(
+                model=BIG,
+                messages=HI,  # type: ignore[arg-type]
+                max_tokens=2,
+            )
+            with pytest.raises(openai.RateLimitError) as limited:
+                batch.chat.completions.create(model=BIG, messages=HI, max_tokens=2)  # type: ignore[arg-type]
+            small_requests = sim_stats(urls["small"])["requests_received"]
+            metrics = httpx.get(url + "/metrics").text
+            admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+            decisions = httpx.get(url + "/admin/decisions", headers=admin).json()["decisions"]
     assert raw.headers["x-slo-gateway-model"] == PUBLIC_MODEL
     assert raw.headers["x-slo-gateway-requested-model"] == BIG
     assert raw.headers["x-slo-gateway-fallback"] == "refused"
@@ -149,15 +133,10 @@ def test_a_budget_hold_is_priced_at_the_dearest_model_it_may_fall_back_to() -> N
     tenants = tenants_with(acme={"budget": {"usd_per_day": 0.01}})
     with fleet_gateway(members, tenants=tenants, **SECTIONS) as (gateway, _):
         url = gateway.base_url
-        holding, release = threading.Event(), threading.Event()
-        holder = threading.Thread(target=hold_stream, args=(url, holding, release), daemon=True)
-        holder.start()
-        assert holding.wait(10)
-        client = openai.OpenAI(base_url=url + "/v1", api_key=TENANT_KEY, max_retries=0)
-        with pytest.raises(openai.RateLimitError) as refused:
-            client.chat.completions.create(model=BIG, messages=HI, max_tokens=2)  # type: ignore[arg-type]
-        release.set()
-        holder.join(30)
+        with stream_held(url, BIG):  # holds the whole budget, at the fallback's price
+            client = openai.OpenAI(base_url=url + "/v1", api_key=TENANT_KEY, max_retries=0)
+            with pytest.raises(openai.RateLimitError) as refused:
+                client.chat.completions.create(model=BIG, messages=HI, max_tokens=2)  # type: ignore[arg-type]
     assert refused.value.response.headers["x-slo-gateway-reason"] == "tenant_budget_exceeded"
 
 
