@@ -33,7 +33,7 @@ from gateway.state.resilient import writes_at_once
 from gateway.state.store import StatsStore
 from gateway.state.usage import UsageLine
 from gateway.telemetry.metrics import Metrics, log
-from gateway.telemetry.record import RequestRecord
+from gateway.telemetry.record import RequestRecord, Reservation
 from gateway.telemetry.usage_counters import FLUSH_EVERY_S, flush_every
 from gateway.upstream.grammar import StreamGrammar
 from gateway.watch.endpoints import Registry
@@ -209,8 +209,7 @@ class LiveAdmission:
         answer carries (a refusal too: the middleware adds them)."""
         prices = self._prices(route, record)
         ticket = await self.control.tenant_ticket(route, time.time(), prices)
-        record.reserved_slot, record.reserved_tokens = ticket.slot, ticket.reserved
-        record.held_pusd = ticket.held_pusd
+        record.reservation = _reservation(ticket)
         record.limit_headers = ticket.headers
         rejected = ticket.reject
         if rejected is None and record.key_subject is not None:
@@ -235,7 +234,7 @@ class LiveAdmission:
         to its tenant's tokens window, and its key's when the key has its own, as they come, at
         most every CHARGE_EVERY_S, so a stream is counted in the windows it runs in and refuses
         new requests once one is spent."""
-        if record.reserved_slot is None and record.key_slot is None:
+        if record.reservation.slot is None and record.key_reservation.slot is None:
             return seen
         due_s = time.monotonic() + CHARGE_EVERY_S
         keyed = route._replace(tenant=record.key_subject or route.tenant)
@@ -246,10 +245,11 @@ class LiveAdmission:
             if time.monotonic() >= due_s:
                 due_s = time.monotonic() + CHARGE_EVERY_S
                 used, now = route.prompt_tokens + watch.output_tokens, time.time()
-                ticket = self.control.charge_streamed(route, _ticket(record), used, now)
-                record.reserved_tokens, record.charged_tokens = ticket.reserved, ticket.charged
-                ticket = self.control.charge_streamed(keyed, _key_ticket(record), used, now)
-                record.key_reserved, record.key_charged = ticket.reserved, ticket.charged
+                charge = self.control.charge_streamed
+                ticket = charge(route, _ticket(record.reservation), used, now)
+                record.reservation = _reservation(ticket)
+                ticket = charge(keyed, _ticket(record.key_reservation), used, now)
+                record.key_reservation = _reservation(ticket)
             return next_s
 
         return charged
@@ -264,12 +264,11 @@ class LiveAdmission:
         ticket = await self.control.tenant_ticket(keyed, time.time(), self._prices(keyed, record))
         record.limit_headers = ticket.headers or record.limit_headers
         if ticket.reject is None:
-            record.key_slot, record.key_reserved = ticket.slot, ticket.reserved
-            record.key_held_pusd = ticket.held_pusd
+            record.key_reservation = _reservation(ticket)
             return None
         now = time.time()
         self.control.finished(route, now)
-        self.control.settle(route, _ticket(record), None, now)
+        self.control.settle(route, _ticket(record.reservation), None, now)
         return ticket.reject
 
     def finished(self, route: RouteRequest, record: RequestRecord) -> None:
@@ -279,7 +278,7 @@ class LiveAdmission:
         self.control.finished(route, now)
         alerted = partial(self._alert, route) if route.tenant in self._budgeted else None
         line = usage_line(route, record)
-        self.control.settle(route, _ticket(record), line, now, alerted)
+        self.control.settle(route, _ticket(record.reservation), line, now, alerted)
         if line is None:
             self.control.served(route, 0, 0, 0)
         else:
@@ -288,7 +287,7 @@ class LiveAdmission:
         if record.key_subject is not None:
             keyed = route._replace(tenant=record.key_subject)
             self.control.finished(keyed, now)
-            self.control.settle(keyed, _key_ticket(record), line, now)
+            self.control.settle(keyed, _ticket(record.key_reservation), line, now)
 
     def _alert(self, route: RouteRequest, window: str) -> None:
         budget = self.control.budgets.get(route.tenant)
@@ -303,26 +302,16 @@ class LiveAdmission:
         self.metrics.budget_alerts.labels(route.tenant, window).inc()
 
 
-def _ticket(record: RequestRecord) -> TenantTicket:
-    """The tenant admission as the record keeps it."""
+def _ticket(kept: Reservation) -> TenantTicket:
+    """An admission as the record keeps it."""
     return TenantTicket(
-        None,
-        record.reserved_slot,
-        record.reserved_tokens,
-        charged=record.charged_tokens,
-        held_pusd=record.held_pusd,
+        None, kept.slot, kept.reserved, charged=kept.charged, held_pusd=kept.held_pusd
     )
 
 
-def _key_ticket(record: RequestRecord) -> TenantTicket:
-    """The admission of a key with its own limits as the record keeps it."""
-    return TenantTicket(
-        None,
-        record.key_slot,
-        record.key_reserved,
-        charged=record.key_charged,
-        held_pusd=record.key_held_pusd,
-    )
+def _reservation(ticket: TenantTicket) -> Reservation:
+    """What the record keeps of an admission."""
+    return Reservation(ticket.slot, ticket.reserved, ticket.charged, ticket.held_pusd)
 
 
 def _budgeted(budgets: Mapping[str, TenantBudget | None] | None) -> frozenset[str]:

@@ -36,6 +36,21 @@ class Finished(NamedTuple):
     finish_reasons: tuple[str, ...] = ()
 
 
+class Reservation(NamedTuple):
+    """A tenant's (or a key's) limit admission as the record keeps it (`TenantTicket`,
+    gateway/core/admission_control.py): the tokens window slot its reservation went to (None:
+    no token limit), the tokens still reserved, those charged to the window as the stream ran,
+    and the cost held against the budget."""
+
+    slot: int | None = None
+    reserved: int = 0
+    charged: int = 0
+    held_pusd: int = 0
+
+
+NO_RESERVATION = Reservation()
+
+
 @dataclass(slots=True)
 class RequestRecord:
     request_id: str
@@ -54,23 +69,16 @@ class RequestRecord:
     result: Finished | None = None
     slo_met: bool | None = None  # the one judgement (gateway/core/slo.py), None when unjudged
     upstream_span: Span | None = None  # the open span of the attempt that answered
-    # Tenant accounting (gateway/core/accounting.py): the tokens of the reservation still held and
-    # the window slot they were charged to, the tokens charged to the window as they streamed,
-    # the cost held against the budget, the x-ratelimit-* headers every answer carries, and
-    # the request's cost at the answering endpoint's prices.
-    reserved_slot: int | None = None
-    reserved_tokens: int = 0
-    charged_tokens: int = 0
-    held_pusd: int = 0
+    # Tenant accounting (gateway/core/accounting.py): the tenant's reservation, the
+    # x-ratelimit-* headers every answer carries, and the request's cost at the answering
+    # endpoint's prices.
+    reservation: Reservation = NO_RESERVATION
     limit_headers: tuple[tuple[bytes, bytes], ...] = ()
     cost_pusd: int = 0
     # An API key's (gateway/config/api_records.py): the name its usage (and its own limits and
     # budget, if any) count under, and its reservation, charged and settled like the tenant's.
     key_subject: str | None = None
-    key_slot: int | None = None
-    key_reserved: int = 0
-    key_charged: int = 0
-    key_held_pusd: int = 0
+    key_reservation: Reservation = NO_RESERVATION
     # The models to try, in order, when the requested one cannot serve the request (config
     # `fallbacks` and `context_fallbacks`, less those the caller's key may not use or its API
     # does not serve: gateway/core/fallback_chain.py); when one served it, the model asked for
