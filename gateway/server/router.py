@@ -423,7 +423,6 @@ class Router:
                     public = call.model if self.server.response_model == "public" else None
                     watch = call.grammar.watch(opened.started_s, public)
                     opened = await commit(opened, watch, self.server.first_byte_timeout_s)
-                    opened.watch = watch
                 return opened
         except AttemptFailed as failure:
             self.finisher.failed_attempt(endpoint.id, request, failure)

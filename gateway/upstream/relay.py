@@ -40,8 +40,9 @@ INTERRUPTED, TRUNCATED = "upstream_stream_interrupted", "upstream_stream_truncat
 
 async def commit(opened: Opened, watch: StreamGrammar, timeout_s: float) -> Opened:
     """Read until `watch` commits, within what is left of the first-byte timeout; returns the
-    response with everything to send first. Raises AttemptFailed (the response released) when
-    the stream fails, ends or reports the upstream's failure before that."""
+    response with everything to send first, carrying its watch. Raises AttemptFailed (the
+    response released) when the stream fails, ends or reports the upstream's failure before
+    that."""
     held = [watch.feed(opened.first)]
     if not watch.committed:
         left_s = timeout_s - (time.perf_counter() - opened.started_s)
@@ -61,9 +62,8 @@ async def commit(opened: Opened, watch: StreamGrammar, timeout_s: float) -> Open
     if failed is not None:
         opened.release()
         raise failed
-    if len(held) == 1 and held[0] is opened.first:
-        return opened  # the common case: the first chunk was whole events, sent as read
-    return dataclasses.replace(opened, first=b"".join(held))
+    first = held[0] if len(held) == 1 else b"".join(held)  # most often the first chunk as read
+    return dataclasses.replace(opened, first=first, watch=watch)
 
 
 async def _read_until_committed(opened: Opened, watch: StreamGrammar) -> list[bytes]:
