@@ -113,7 +113,7 @@ def requests(rng: random.Random) -> list[RouteRequest]:
     ]
 
 
-def admission_control() -> AdmissionControl[Waiting]:
+def default_admission() -> AdmissionControl[Waiting]:
     """The gateway's admission with default parameters and no tenant limits: `admit` reads no
     store (tenant limits are a separate call, `tenant_ticket`)."""
     return AdmissionControl(AdmissionParams(), {}, MemoryStatsStore(), run_to_completion, 30.0)
@@ -123,7 +123,7 @@ def time_decisions(
     name: str | None, endpoints: list[EndpointSnapshot], batch: list[RouteRequest]
 ) -> list[float]:
     """µs per decision: the gateway's admission and (unless None) the policy's ranking."""
-    admission = admission_control()
+    admission = default_admission()
     policy = build(POLICIES[name][0]()) if name else None
     rng = random.Random(1)
     costs_us = []
@@ -179,7 +179,7 @@ def time_prefix_decisions(
     """µs per decision as `time_decisions`, plus hashing the body and the index lookup."""
     bodies = sessions(random.Random(5))
     index = seeded_index(endpoints, bodies)
-    admission = admission_control()
+    admission = default_admission()
     policy = build(POLICIES[name][0]())
     rng = random.Random(1)
     costs_us = []

@@ -5,9 +5,10 @@ The decisions are pure (`policies/admission.py`); `AdmissionControl` holds what 
 requests: each endpoint's previous saturation (for hysteresis), the deadline queue, and the
 tenant counters, which live in the stats store so that a limit is exact across replicas (atomic
 check-and-add; N concurrent requests against a limit of k admit k). It is synchronous with `now`
-passed in and only awaits the store, so the offline simulator drives it in virtual time;
-`LiveAdmission` (gateway/server/admission_queue.py) wraps it for the live request path: waiting as
-a future, the dispatcher task, metrics and error responses.
+passed in and only awaits the store, so the offline simulator drives it in virtual time; the
+decision pipeline (gateway/core/decision_pipeline.py) calls it in the decision order, and
+`LiveAdmission` (gateway/server/admission_queue.py) drives both on the live request path: waiting
+as a future, the dispatcher task, metrics and error responses.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
-from gateway.config.settings import Price, TenantBudget, TenantLimits
+from gateway.config.settings import Api, Price, TenantBudget, TenantLimits
 from gateway.core import accounting
 from gateway.core.fair_charges import FairShare, fairness_key
 from gateway.errors import Rejected
@@ -99,8 +100,17 @@ def rejection(status: int, reason: Reason, retry_after_s: float) -> Rejected:
 
 
 class Waiting(Protocol):
+    """A request in the deadline queue: what it is, and where it may go (its API, and the one
+    endpoint it is pinned to, if any)."""
+
     @property
     def route(self) -> RouteRequest: ...
+
+    @property
+    def api(self) -> Api: ...
+
+    @property
+    def owner(self) -> str | None: ...
 
 
 W = TypeVar("W", bound=Waiting)

@@ -1,48 +1,43 @@
 """The live gateway's own state and decision code, wired to a virtual clock.
 
-Nothing here decides: every step calls the code the live gateway runs, built from the same
-`GatewayConfig`, only with `now` passed in and a stats store whose calls never suspend:
-    tenant limits   `AdmissionControl.admit_tenant` (gateway/core/admission_control.py): every
-                    limit of the tenant checked and counted in one atomic store call
-    candidates      `candidate_snapshots` (gateway/core/candidates.py), as `Router.snapshots`: the
-                    registry's rotation, the `SharedView` (refreshed every `state.refresh_s`)
-                    and the `LatestScrapes` of the engines with their age
-    admission       `AdmissionControl.decide` (thresholds, then the policy's ranking judged
-                    by its prediction), `.dispatch` (the deadline queue's ticks) and
-                    `.eligible`, as `LiveAdmission` calls them; its fairness counters charged,
-                    corrected at the end and synced with the store every second
-                    (`FairShare.sync`, as `LiveAdmission.sync_fair_share`)
-    routing         the policy from `policies.registry`, then `only_candidates`
+Nothing here decides: the decision order is the live router's own `DecisionPipeline`
+(gateway/core/decision_pipeline.py: annotate, candidates, admission by thresholds and by the
+prediction, the policy's ranking, the deadline queue's dispatch and resume), built from the same
+`GatewayConfig` with `now` passed in; the simulator drives it. What stays here is what only a
+virtual clock needs, each step named after the live code it stands for:
+    tenant limits   `AdmissionControl.admit_tenant`: every limit of the tenant checked and
+                    counted in one atomic store call
+    background      the `SharedView`'s refresh (every `state.refresh_s`), the fairness counters'
+                    sync with the store every second (`FairShare.sync`, as
+                    `LiveAdmission.sync_fair_share`), the health probes (`Breakers.probe_due`
+                    and `.record`, as `HealthChecker`); scrapes go straight to `scrapes.put`
     attempts        `LocalLeases` (this replica's count, as `LeaseBook`) and `Outcomes`
-                    (gateway/core/outcomes.py, as `Finisher`): Retry-After and quota cool-downs, the
-                    shared breaker, latency samples, tenant slots given back
-    health probes   `Breakers.probe_due` and `.record` (gateway/watch/health.py), as `HealthChecker`
+                    (gateway/core/outcomes.py, as `Finisher`): Retry-After and quota cool-downs,
+                    the shared breaker, latency samples, tenant slots given back; the prefix
+                    index told where each prompt went and what its engine found cached
 The store is the real `MemoryStatsStore`, whose coroutines finish without suspending, so
 `run_to_completion` runs each at once, and store writes the live gateway hands to background
-tasks run inline: no event loop in virtual time. What stays here is that wiring and the shared
-lease taken inline (`InlineLeases`). An error answer becomes the `AttemptFailed` the proxy
-raises (`gateway.core.failover.answered_with_error`), and the simulator's event loop fails
-over along the ranking by the router's own rules (`gateway.core.failover`: gives_up,
-backoff_s, final_error).
+tasks run inline: no event loop in virtual time. The shared lease is taken inline
+(`InlineLeases`). An error answer becomes the `AttemptFailed` the proxy raises
+(`gateway.core.failover.answered_with_error`), and the simulator's event loop fails over along
+the ranking by the router's own rules (`gateway.core.failover`: gives_up, backoff_s,
+final_error).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config.settings import GatewayConfig, parse_config
-from gateway.core.admission_control import AdmissionControl, estimator_of
-from gateway.core.candidates import candidate_snapshots, only_candidates
+from gateway.config.settings import Api, GatewayConfig, parse_config
+from gateway.core.admission_control import AdmissionControl
+from gateway.core.decision_pipeline import DecisionPipeline
 from gateway.core.failover import answered_with_error
 from gateway.core.fair_charges import FairShare, weights
 from gateway.core.outcomes import Outcomes
-from gateway.core.prefix_chain import PrefixChain, chain_of
-from gateway.core.prefix_index import PrefixIndex
-from gateway.core.prefix_lookup import DEFAULT_OUTPUT_TOKENS, answered, with_cached
-from gateway.core.prefix_lookup import routed as prefix_routed
+from gateway.core.prefix_chain import PrefixChain
 from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed
 from gateway.offline.members import Refusal
@@ -57,8 +52,8 @@ from gateway.telemetry.record import Finished
 from gateway.watch.endpoints import Registry
 from gateway.watch.health import Breakers
 from gateway.watch.scraper import LatestScrapes
-from policies.admission import Queue, Reject
-from policies.base import EndpointSnapshot, Prediction, Ranking, RouteRequest
+from policies.admission import Reject
+from policies.base import EngineSignals, Prediction, RouteRequest
 from policies.registry import build as build_policy
 
 
@@ -75,6 +70,8 @@ class Queued:
 
     index: int
     route: RouteRequest
+    api: Api = "chat"  # the simulator replays chat only
+    owner: str | None = None
 
 
 class InlineLeases(LocalLeases):
@@ -116,8 +113,8 @@ class GatewayModel:
         self._ids = [e.id for e in config.endpoints]
         self.view = SharedView(self.store, self._ids, state.refresh_s, clock=self._clock)
         self.scrapes = LatestScrapes(state.scrape_stale_after_s, state.rate_window_s)
-        policy = BreakerPolicy(state.breaker_failures, state.breaker_cooldown_s)
-        self.breakers = Breakers(self.store, policy)
+        breaker = BreakerPolicy(state.breaker_failures, state.breaker_cooldown_s)
+        self.breakers = Breakers(self.store, breaker)
         self.leases = InlineLeases(self.view, self.store, config.server.lease_ttl_s)
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
         self.admission: AdmissionControl[Queued] = AdmissionControl(
@@ -131,13 +128,17 @@ class GatewayModel:
         self.outcomes = Outcomes(
             self.leases, self.registry, self.breakers, self.view, run_to_completion
         )
-        self.policy = build_policy(config.policy)
-        self.rng = random.Random(seed)
-        self.prefix = PrefixIndex()  # `Router.prefix`: fed only by plans with prompt text
+        policy = build_policy(config.policy)
+        self.pipeline: DecisionPipeline[Queued] = DecisionPipeline(
+            self.registry, self.view, self._signals, self.admission, policy, random.Random(seed)
+        )
         self.chains: dict[str, PrefixChain] = {}  # request id -> its chain, while in flight
 
     def _clock(self) -> float:
         return self.now_s
+
+    def _signals(self, endpoint_id: str) -> EngineSignals | None:
+        return self.scrapes.signals(endpoint_id, self.now_s)
 
     # -- background work: view refresh, probes (scrapes go straight to `scrapes.put`) ----------
 
@@ -156,59 +157,28 @@ class GatewayModel:
 
     # -- the request path ----------------------------------------------------------------------
 
-    def snapshots(self, model: str, now_s: float) -> list[EndpointSnapshot]:
-        """`Router.snapshots`: the endpoints of `model` in rotation now."""
-        scrapes = self.scrapes
-        return candidate_snapshots(
-            self.registry, self.view, lambda eid: scrapes.signals(eid, now_s), model, now_s
-        )
-
     def tenant_check(self, route: RouteRequest, now_s: float) -> Reject | None:
         return run_to_completion(self.admission.admit_tenant(route, now_s))
 
-    def admit(
-        self, route: RouteRequest, snapshots: Sequence[EndpointSnapshot], now_s: float
-    ) -> Reject | Queue | Ranking:
-        """`AdmissionControl.decide`, ranked by `rank` as the router ranks."""
-        estimator = estimator_of(self.policy)
-        return self.admission.decide(
-            route, snapshots, now_s, lambda eligible: self.rank(route, eligible), estimator
-        )
-
-    def dispatch(self, now_s: float) -> tuple[list[Queued], list[Queued]]:
-        """`LiveAdmission._dispatch`: (expired, dispatched) this tick."""
-        return self.admission.dispatch(now_s, lambda q: self.snapshots(q.route.model, now_s))
-
-    def eligible(self, route: RouteRequest, now_s: float) -> list[EndpointSnapshot]:
-        """After waiting in the queue, as `LiveAdmission.admit` does: fresh snapshots first."""
-        return self.admission.eligible(route, self.snapshots(route.model, now_s))
-
-    def rank(self, route: RouteRequest, eligible: Sequence[EndpointSnapshot]) -> Ranking:
-        ranking = self.policy.rank(route, eligible, self.rng)
-        return only_candidates(ranking, {s.endpoint_id for s in eligible})
-
     # -- attempts ------------------------------------------------------------------------------
+
+    def annotate(self, route: RouteRequest, body: Mapping[str, Any] | None) -> RouteRequest:
+        """The pipeline's `annotate`; the chain kept while the request is in flight."""
+        route, chain = self.pipeline.annotate(route, body)
+        if body is not None:
+            self.chains[route.request_id] = chain
+        return route
 
     def take(
         self, endpoint_id: str, route: RouteRequest, predicted: Prediction | None = None
     ) -> None:
-        """`Finisher.start`, with the footprint and prediction `Router._attempt` passes; then,
-        as `PrefixRouting.sent`, the index learns where the prompt went."""
+        """`Finisher.start`, with the footprint and prediction `Forwarder._attempt` passes;
+        then, as `Router.handle` once an endpoint took it, the pipeline's `sent`."""
         footprint = self.admission.footprint(route)
         self.outcomes.started(endpoint_id, route, footprint, predicted)
         chain = self.chains.get(route.request_id)
         if chain is not None:
-            uncached = route.prompt_tokens - route.cached_tokens.get(endpoint_id, 0.0)
-            written = uncached + (route.max_tokens or DEFAULT_OUTPUT_TOKENS)
-            engine = self.scrapes.signals(endpoint_id, self.now_s)
-            prefix_routed(self.prefix, engine, endpoint_id, chain, written, self.now_s)
-
-    def annotate(self, route: RouteRequest, body: Mapping[str, Any] | None) -> RouteRequest:
-        """`PrefixRouting.annotate`: the route with its predicted cached tokens per endpoint."""
-        if body is None:
-            return route
-        chain = self.chains[route.request_id] = chain_of(body)
-        return with_cached(route, self.prefix, chain)
+            self.pipeline.sent(endpoint_id, route, chain, self.now_s)
 
     def classify(self, endpoint_id: str, refusal: Refusal, now_s: float) -> AttemptFailed:
         """The failure an error answer counts as, read as `gateway.upstream.client` reads it."""
@@ -249,9 +219,8 @@ class GatewayModel:
         cached = result.cached_tokens or 0
         self.admission.served(route, result.prompt_tokens, cached, result.output_tokens)
         chain = self.chains.pop(route.request_id, None)
-        if chain is not None and result.cached_tokens is not None and result.outcome == "ok":
-            cached, prompt = result.cached_tokens, result.prompt_tokens
-            answered(self.prefix, endpoint_id, route, chain, cached, prompt, now_s)
+        if chain is not None:
+            self.pipeline.answered(endpoint_id, route, chain, result, now_s)
 
     def request_done(self, route: RouteRequest, now_s: float) -> None:
         """`LiveAdmission.finished`: the tenant's concurrency slot goes back (and a fairness

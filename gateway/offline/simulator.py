@@ -34,6 +34,7 @@ from typing import Any
 
 from gateway.core import failover
 from gateway.core.admission_control import DISPATCH_TICK_S
+from gateway.core.decision_pipeline import Unavailable
 from gateway.errors import AttemptFailed, GatewayError, Rejected
 from gateway.offline.flight import Flight
 from gateway.offline.gateway_model import GatewayModel, Queued, offline_config
@@ -45,7 +46,7 @@ from gateway.offline.trace import PlannedRequest
 from gateway.telemetry.record import Finished
 from gateway.telemetry.usage_counters import FLUSH_EVERY_S
 from policies.admission import Queue, Reason, Reject
-from policies.base import EndpointSnapshot, Ranking, RouteRequest
+from policies.base import Ranking, RouteRequest
 
 STEP, PROVIDER_END, RETRY, TIMEOUT, FAULT, REFRESH, SCRAPE, PROBE, DISPATCH, TURN, FAIR = range(11)
 
@@ -186,19 +187,18 @@ class Simulator:
         if limited is not None:
             self._shed(index, route, limited, now_s)
             return
-        snapshots = self.gateway.snapshots(route.model, now_s)
-        if not snapshots:
-            self._end(index, 503, "no_endpoint_available", now_s, route)
-            return
-        decision = self.gateway.admit(route, snapshots, now_s)
-        for item in self.gateway.admission.take_displaced():  # `LiveAdmission._refuse_displaced`
+        decided = self.gateway.pipeline.decide(route, now_s)
+        for item in decided.displaced:  # as `LiveAdmission._refuse_displaced`
             self._end(item.index, 503, Reason.QUEUE_FULL, now_s, item.route, shed=True)
-        if isinstance(decision, Reject):
-            self._shed(index, route, decision, now_s)
-        elif isinstance(decision, Queue):
-            self._enqueue(index, route, decision, now_s)
+        outcome = decided.outcome
+        if isinstance(outcome, Unavailable):
+            self._end(index, 503, outcome.value, now_s, route)
+        elif isinstance(outcome, Reject):
+            self._shed(index, route, outcome, now_s)
+        elif isinstance(outcome, Queue):
+            self._enqueue(index, route, outcome, now_s)
         else:
-            self._send(index, route, decision, now_s)
+            self._send(index, route, outcome, now_s)
 
     def _enqueue(self, index: int, route: RouteRequest, decision: Queue, now_s: float) -> None:
         if not self.gateway.admission.enqueue(Queued(index, route), decision.deadline_s):
@@ -210,11 +210,16 @@ class Simulator:
     def _dispatch_queue(self, now_s: float) -> None:
         """`LiveAdmission._dispatch`: expire, then dispatch a few by deadline; each dispatched
         request then takes fresh snapshots, as a woken waiter does."""
-        expired, dispatched = self.gateway.dispatch(now_s)
+        pipeline = self.gateway.pipeline
+        expired, dispatched = pipeline.dispatch(now_s)
         for item in expired:
             self._end(item.index, 503, Reason.DEADLINE_UNREACHABLE, now_s, item.route, shed=True)
         for item in dispatched:
-            self._route(item.index, item.route, self.gateway.eligible(item.route, now_s), now_s)
+            resumed = pipeline.resume(item.route, now_s)
+            if isinstance(resumed, Unavailable):
+                self._end(item.index, 503, resumed.value, now_s, item.route)
+            else:
+                self._send(item.index, item.route, resumed, now_s)
         self._dispatching = bool(self.gateway.admission.queue)
         if self._dispatching:
             self._push(now_s + DISPATCH_TICK_S, DISPATCH, None)
@@ -222,15 +227,7 @@ class Simulator:
     def _shed(self, index: int, route: RouteRequest, reject: Reject, now_s: float) -> None:
         self._end(index, reject.status, reject.reason.value, now_s, route, shed=True)
 
-    def _route(
-        self, index: int, route: RouteRequest, eligible: Sequence[EndpointSnapshot], now_s: float
-    ) -> None:
-        self._send(index, route, self.gateway.rank(route, eligible), now_s)
-
     def _send(self, index: int, route: RouteRequest, ranking: Ranking, now_s: float) -> None:
-        if not ranking.endpoints:
-            self._end(index, 503, "no_endpoint", now_s, route)
-            return
         order = tuple(s.endpoint_id for s in ranking.endpoints)
         flight = Flight(index, route, order, ranking.reason, now_s, ranking.predictions)
         self._attempt(flight, now_s)

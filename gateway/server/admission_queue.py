@@ -1,31 +1,33 @@
-"""`AdmissionControl` (gateway/core/admission_control.py) on the live request path, on the wall
-clock: a request that must wait does so as a future in the deadline queue, which a dispatcher
-task (owned by the app lifespan) releases by deadline, within a class least-served fairness key
-first; refusals are counted and raised as the error the client gets. The fairness counters go
-to the shared store and come back every second (`sync_fair_share`), off the request path."""
+"""The decision pipeline (gateway/core/decision_pipeline.py) and its admission on the live
+request path, on the wall clock: a request that must wait does so as a future in the deadline
+queue, which a dispatcher task (owned by the app lifespan) releases by deadline, within a class
+least-served fairness key first; refusals are counted and raised as the error the client gets.
+Tenant limits and budgets are checked and settled here too (one store call each way). The
+fairness counters go to the shared store and come back every second (`sync_fair_share`), off
+the request path."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
-from gateway.config.settings import Price, TenantBudget, TenantLimits
+from gateway.config.settings import Api, Price, TenantBudget, TenantLimits
 from gateway.core.accounting import UsageBatch
 from gateway.core.admission_control import (
     BEST_EFFORT,
     CHARGE_EVERY_S,
     DISPATCH_TICK_S,
     AdmissionControl,
-    Rank,
-    Snapshots,
     TenantTicket,
     rejection,
 )
+from gateway.core.decision_pipeline import DecisionPipeline, Unavailable
 from gateway.core.fair_charges import FairShare
-from gateway.errors import Rejected
+from gateway.errors import NoEndpointAvailable, Rejected
 from gateway.state.background import Background, run_now
 from gateway.state.memory_store import MemoryStatsStore
 from gateway.state.redis_store import FAILURES
@@ -38,51 +40,62 @@ from gateway.telemetry.usage_counters import FLUSH_EVERY_S, flush_every
 from gateway.upstream.grammar import StreamGrammar
 from gateway.watch.endpoints import Registry
 from policies.admission import AdmissionParams, Reason, Reject
-from policies.base import EndpointSnapshot, Ranking, RouteRequest
-from policies.estimate import Estimator
+from policies.base import Ranking, RouteRequest
 
 
 @dataclass(eq=False)
-class _Waiter:
+class Waiter:
+    """A request waiting in the deadline queue, released through `done`."""
+
     route: RouteRequest
-    snapshots: Snapshots
+    api: Api
+    owner: str | None
     done: asyncio.Future[None] = field(default_factory=asyncio.Future)
 
 
+def admission_control(
+    params: AdmissionParams,
+    limits: Mapping[str, TenantLimits],
+    store: StatsStore,
+    background: Background,
+    lease_ttl_s: float,
+    budgets: Mapping[str, TenantBudget | None] | None = None,
+    weights: Mapping[str, float] | None = None,
+) -> AdmissionControl[Waiter]:
+    """Admission's state for the live path over `store`; `weights`: each tenant's fairness
+    weight (1 where not named)."""
+    # Settlements only queue for the write-behind (or finish in memory): no task needed.
+    write = run_now if writes_at_once(store) else background.spawn
+    # Over memory (one replica) usage with nothing exact to settle is batched: every read
+    # of it settles the batch first. Over Redis other replicas read it, so it goes at once.
+    batch = UsageBatch() if isinstance(store, MemoryStatsStore) else None
+    return AdmissionControl(
+        params,
+        limits,
+        store,
+        background.spawn,
+        lease_ttl_s,
+        budgets,
+        write,
+        batch,
+        FairShare(weights),
+    )
+
+
 class LiveAdmission:
-    """`AdmissionControl` on the live request path, on the wall clock."""
+    """The decision pipeline and its admission on the live request path, on the wall clock."""
 
     def __init__(
         self,
-        params: AdmissionParams,
-        limits: Mapping[str, TenantLimits],
-        store: StatsStore,
+        pipeline: DecisionPipeline[Waiter],
         metrics: Metrics,
-        background: Background,
-        lease_ttl_s: float,
         registry: Registry,
         budgets: Mapping[str, TenantBudget | None] | None = None,
-        weights: Mapping[str, float] | None = None,
     ) -> None:
-        """`registry`: the endpoints, whose prices a budgeted request's cost is predicted at;
-        `weights`: each tenant's fairness weight (1 where not named)."""
+        """`registry`: the endpoints, whose prices a budgeted request's cost is predicted at."""
+        self.pipeline = pipeline
+        self.control = pipeline.admission
         self.registry = registry
-        # Settlements only queue for the write-behind (or finish in memory): no task needed.
-        write = run_now if writes_at_once(store) else background.spawn
-        # Over memory (one replica) usage with nothing exact to settle is batched: every read
-        # of it settles the batch first. Over Redis other replicas read it, so it goes at once.
-        batch = UsageBatch() if isinstance(store, MemoryStatsStore) else None
-        self.control: AdmissionControl[_Waiter] = AdmissionControl(
-            params,
-            limits,
-            store,
-            background.spawn,
-            lease_ttl_s,
-            budgets,
-            write,
-            batch,
-            FairShare(weights),
-        )
         self.metrics = metrics
         self.states = self.control.states
         self._budgeted = _budgeted(budgets)  # tenants whose soft alerts are listened for
@@ -103,47 +116,70 @@ class LiveAdmission:
         return self.control.footprint(route)
 
     async def admit(
-        self,
-        route: RouteRequest,
-        current: Sequence[EndpointSnapshot],
-        snapshots: Snapshots,
-        rank: Rank,
-        estimator: Estimator | None,
+        self, route: RouteRequest, api: Api, owner: str | None
     ) -> tuple[Ranking, bool, float]:
-        """The ranking this request goes on (`AdmissionControl.decide`), whether it waited for
+        """The ranking this request goes on (`DecisionPipeline.decide`), whether it waited for
         fairness (later requests of its class went first), and how long it waited in the
-        deadline queue: when it must wait, it then takes fresh `snapshots()` and is ranked on
-        them. Refused: raised at once."""
-        decision = self.control.decide(route, current, time.time(), rank, estimator)
-        self._refuse_displaced()
-        if isinstance(decision, Reject):
-            raise self._shed(route, decision.status, decision.reason, decision.retry_after_s)
-        if isinstance(decision, Ranking):
-            if decision.reason == BEST_EFFORT:
+        deadline queue: when it must wait, it is then ranked on the candidates of that moment
+        (`resume`). Refused: raised at once."""
+        decided = self.pipeline.decide(route, time.time(), api, owner)
+        self._refuse_displaced(decided.displaced)
+        outcome = decided.outcome
+        if isinstance(outcome, Unavailable):
+            raise self._unavailable(route, outcome, api, owner)
+        if isinstance(outcome, Reject):
+            raise self._shed(route, outcome.status, outcome.reason, outcome.retry_after_s)
+        if isinstance(outcome, Ranking):
+            if outcome.reason == BEST_EFFORT:
                 self.metrics.best_effort.labels(route.slo.name, route.tenant).inc()
-            return decision, False, 0.0
+            return outcome, False, 0.0
         started = time.perf_counter()
-        current, deferred = await self._wait(route, decision.deadline_s, snapshots)
+        deferred = await self._wait(Waiter(route, api, owner), outcome.deadline_s)
         waited_s = time.perf_counter() - started
-        return rank(self.control.eligible(route, current)), deferred, waited_s
+        resumed = self.pipeline.resume(route, time.time(), api, owner)
+        if isinstance(resumed, Unavailable):
+            raise self._unavailable(route, resumed, api, owner)
+        return resumed, deferred, waited_s
 
-    def _refuse_displaced(self) -> None:
+    def _refuse_displaced(self, displaced: list[Waiter]) -> None:
         """Waiters whose place in a full queue a less-served key took: refused as the full
         queue would have refused them."""
         retry_s = self.control.params.retry_after_s
-        for waiter in self.control.take_displaced():
+        for waiter in displaced:
             error = self._shed(waiter.route, 503, Reason.QUEUE_FULL, retry_s)
             if not waiter.done.done():
                 waiter.done.set_exception(error)
+
+    def _unavailable(
+        self, route: RouteRequest, why: Unavailable, api: Api, owner: str | None
+    ) -> NoEndpointAvailable:
+        if why is Unavailable.NONE_RANKED:
+            return NoEndpointAvailable(
+                "The routing policy found no endpoint for this request.", code=why.value
+            )
+        wait_s = self.pipeline.next_available_in_s(route.model, time.time(), api)
+        retry_after = {"retry-after": str(max(1, math.ceil(wait_s)))}
+        if owner is not None:
+            return NoEndpointAvailable(
+                f"The endpoint that stored the previous response ({owner!r}) is out of "
+                "rotation right now; retry shortly (it is never served elsewhere).",
+                code="owner_unavailable",
+                headers=retry_after,
+            )
+        return NoEndpointAvailable(
+            f"No endpoint serving {route.model!r} through this API is available right now; "
+            "retry shortly.",
+            code=why.value,
+            headers=retry_after,
+        )
 
     def _shed(self, route: RouteRequest, status: int, reason: Reason, retry_s: float) -> Rejected:
         self.metrics.shed.labels(route.slo.name, route.tenant, reason.value).inc()
         return rejection(status, reason, retry_s)
 
-    async def _wait(
-        self, route: RouteRequest, deadline_s: float, snapshots: Snapshots
-    ) -> tuple[Sequence[EndpointSnapshot], bool]:
-        waiter = _Waiter(route, snapshots)
+    async def _wait(self, waiter: Waiter, deadline_s: float) -> bool:
+        """Wait in the deadline queue until dispatched; whether it waited for fairness."""
+        route = waiter.route
         if not self.control.enqueue(waiter, deadline_s):
             raise self._shed(route, 503, Reason.QUEUE_FULL, self.control.params.retry_after_s)
         self.metrics.queued.labels(route.slo.name).inc()
@@ -161,7 +197,7 @@ class LiveAdmission:
             )
         if deferred:
             self.metrics.fair_waits.labels(route.slo.name, route.tenant).inc()
-        return snapshots(), deferred
+        return deferred
 
     def flush_usage(self) -> None:
         """Settle the batched usage (before anything reads it)."""
@@ -195,7 +231,7 @@ class LiveAdmission:
             await asyncio.sleep(DISPATCH_TICK_S)
 
     def _dispatch(self, now: float) -> None:
-        expired, dispatched = self.control.dispatch(now, lambda waiter: waiter.snapshots())
+        expired, dispatched = self.pipeline.dispatch(now)
         for waiter in expired:
             error = self._shed(waiter.route, 503, Reason.DEADLINE_UNREACHABLE, 1.0)
             if not waiter.done.done():

@@ -2,20 +2,18 @@
 
 The API route (gateway/server/openai_routes.py) parses and classifies the request, then hands it
 here with its record; everything from there to the last byte happens in `handle`, in order:
-1. tenant limits, then the candidates in rotation and admission (saturation, shedding, the
-   deadline queue), and the context window; a model that cannot serve the request hands it to
-   the next of its fallback chain (gateway/core/fallback_chain.py); 2. the policy's ranking;
-   3. forwarding along the ranking with failover before the first byte (tenacity after the
-   first failed attempt, by gateway/core/failover.py's rules); 4. the answer relayed to the
-   client, whole or streamed, with configured secrets redacted from error bodies and events
-   (gateway/upstream/redaction.py); 5. accounting (leases, statistics, SLO, latency metrics)
-   and the tenant's concurrency slot given back.
+1. tenant limits and the context window, then the decision pipeline
+   (gateway/core/decision_pipeline.py, the code the offline simulator runs too, driven here on
+   the wall clock by `LiveAdmission`): the candidates in rotation, admission (saturation,
+   shedding, the prediction, the deadline queue) and the policy's ranking, kept to real
+   candidates; a model that cannot serve the request hands it to the next of its fallback
+   chain (gateway/core/fallback_chain.py); 2. forwarding along the ranking with failover
+   before the first byte (tenacity after the first failed attempt, by gateway/core/failover.py's
+   rules); 3. the answer relayed to the client, whole or streamed, with configured secrets
+   redacted from error bodies and events (gateway/upstream/redaction.py); 4. accounting
+   (leases, statistics, SLO, latency metrics) and the tenant's concurrency slot given back.
 A refusal or a failure before the response starts is raised as a `GatewayError`, which the API
 layer renders in its own error shape; after it, the relay ends the stream with an error event.
-
-Policies stay pure because this module enforces the invariants around them: it drops endpoints
-that are cooling down or whose shared breaker is open before `rank`, keeps only real candidates
-from what the policy returns, turns an empty ranking into one 503, and times the decision.
 Snapshots come from local state (the shared view refreshed in the background and the latest
 scrapes), so deciding costs no round trip.
 """
@@ -24,8 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
-import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -35,21 +31,18 @@ from starlette.types import Receive, Send
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 
 from gateway.config.settings import EndpointConfig, ServerConfig
-from gateway.core.admission_control import estimator_of
-from gateway.core.candidates import candidate_snapshots, next_available_in_s, only_candidates
-from gateway.core.context_window import context_exceeded, model_window, needed_tokens, overflowed
+from gateway.core.context_window import context_exceeded, needed_tokens, overflowed
+from gateway.core.decision_pipeline import DecisionPipeline
 from gateway.core.failover import backoff_s, final_error, gives_up
 from gateway.core.fallback_chain import FallbackChain, FallbackReason, fallback_reason
 from gateway.core.prefix_chain import PrefixChain
 from gateway.core.progress import StreamProgress
-from gateway.errors import AttemptFailed, GatewayError, NoEndpointAvailable
-from gateway.server.admission_queue import LiveAdmission
+from gateway.errors import AttemptFailed, GatewayError
+from gateway.server.admission_queue import LiveAdmission, Waiter
 from gateway.server.answer import STREAM_HEADERS, explain, raw_headers, send_whole
 from gateway.server.decision_log import DecisionLog
 from gateway.server.finisher import Finisher, body_result, stream_result
-from gateway.server.prefix_routing import PrefixRouting
 from gateway.server.response_owners import ResponseOwners
-from gateway.state.view import SharedView
 from gateway.telemetry import tracing
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.record import Finished, RequestRecord
@@ -59,8 +52,7 @@ from gateway.upstream.grammar import UNDESCRIBED, Facts, describe, parse_whole, 
 from gateway.upstream.redaction import Redactor
 from gateway.upstream.relay import client_disconnected, commit, relay
 from gateway.watch.endpoints import Registry
-from gateway.watch.scraper import Scraper
-from policies.base import EndpointSnapshot, Ranking, RouteRequest, RoutingPolicy
+from policies.base import Ranking, RouteRequest
 
 
 class ClientGone(Exception):
@@ -79,31 +71,25 @@ class Router:
         self,
         server: ServerConfig,
         registry: Registry,
-        view: SharedView,
-        scraper: Scraper,
+        pipeline: DecisionPipeline[Waiter],
         admission: LiveAdmission,
-        policy: RoutingPolicy,
         upstream: Upstream,
         finisher: Finisher,
         metrics: Metrics,
         redactor: Redactor,
-        owners: ResponseOwners | None = None,
+        owners: ResponseOwners,
+        decisions: DecisionLog,
     ) -> None:
-        """`owners`: where stored responses' endpoints are kept (default: in `view`'s store)."""
         self.server = server
         self.registry = registry
-        self.view = view
-        self.scraper = scraper
+        self.pipeline = pipeline
         self.admission = admission
-        self.policy = policy
         self.upstream = upstream
         self.finisher = finisher
         self.metrics = metrics
-        self.owners = owners or ResponseOwners.over(view.store)
+        self.owners = owners
         self.redactor = redactor
-        self.rng = random.Random()
-        self.decisions = DecisionLog()
-        self.prefix = PrefixRouting(scraper)
+        self.decisions = decisions
 
     async def handle(
         self,
@@ -114,13 +100,13 @@ class Router:
         send: Send,
     ) -> None:
         """Serve one request, start to end (the module's docstring lists the steps)."""
-        request, chain = self.prefix.annotate(request, call.body)
+        request, chain = self.pipeline.annotate(request, call.body)
         record.route, record.tenant = request, request.tenant
         with tracing.span("tenant_limits"):
             await self.admission.admit_tenant(request, record)
         try:
             request, call, routed = await self._serve(request, call, record, receive)
-            self.prefix.sent(routed.opened.endpoint.id, request, chain)
+            self.pipeline.sent(routed.opened.endpoint.id, request, chain, time.time())
         except ClientGone:
             await send({"type": "http.response.start", "status": 499, "headers": []})
             await send({"type": "http.response.body", "body": b""})
@@ -171,7 +157,7 @@ class Router:
     ) -> Routed:
         """Routed to the request's model, if it fits the model's context window: judged before
         from the prompt's estimate, and after from the engine's 400 (context_window.py)."""
-        window = model_window(self.registry, request.model, call.api)
+        window = self.pipeline.window(request.model, call.api)
         needed = needed_tokens(request.prompt_tokens, request.max_tokens)
         if window is not None and needed > window and not call.counting:
             raise context_exceeded(request.model, needed, window)
@@ -212,7 +198,7 @@ class Router:
         watch = opened.watch
         if watch is None:  # a whole answer: not streamed, or an error status
             result = await self._answer_whole(opened, request, call, record, headers, send)
-            self.prefix.answered(opened.endpoint.id, request, chain, result)
+            self.pipeline.answered(opened.endpoint.id, request, chain, result, time.time())
             return
         if call.store and watch.response_id:
             await self.owners.remember(watch.response_id, opened.endpoint, call, request)
@@ -225,7 +211,7 @@ class Router:
         finally:
             result = stream_result(opened, watch, outcome, request.prompt_tokens)
             self.finisher.finish(opened, request, result, record, progress)
-            self.prefix.answered(opened.endpoint.id, request, chain, result)
+            self.pipeline.answered(opened.endpoint.id, request, chain, result, time.time())
         if call.store and watch.response_id:  # again, with the tokens it took
             await self.owners.remember(
                 watch.response_id, opened.endpoint, call, request, result, created=False
@@ -254,73 +240,20 @@ class Router:
         await send_whole(send, opened.status, headers, body)
         return result
 
-    def snapshots(self, model: str, call: UpstreamCall | None = None) -> list[EndpointSnapshot]:
-        """One immutable snapshot per endpoint of `model` that is in rotation now, serving the
-        call's API (and only its owner, for a call pinned to one)."""
-        api = call.api if call is not None else "chat"
-        found = candidate_snapshots(
-            self.registry, self.view, self.scraper.signals, model, time.time(), api
-        )
-        if call is not None and call.owner is not None:
-            return [s for s in found if s.endpoint_id == call.owner]
-        return found
-
-    def next_available_in_s(self, model: str, call: UpstreamCall | None = None) -> float:
-        """Seconds until an endpoint of `model` is back in rotation (gateway/core/candidates)."""
-        api = call.api if call is not None else "chat"
-        return next_available_in_s(self.registry, self.view, model, time.time(), api)
-
     async def decide(
         self, request: RouteRequest, call: UpstreamCall, record: RequestRecord
     ) -> Ranking:
-        """Admit (maybe after queueing) and rank; the decision time excludes queueing. A call
-        pinned to its owner is not ranked: the owner is its only candidate."""
+        """Admit (maybe after queueing) and rank; the decision time excludes queueing."""
         started = time.perf_counter()
-        candidates = self.snapshots(request.model, call)
-        if not candidates:
-            raise self._none_available(request, call)
-
-        def rank(eligible: Sequence[EndpointSnapshot]) -> Ranking:
-            if call.owner is not None:
-                return Ranking(tuple(eligible), reason="owner")
-            with tracing.span("routing"):
-                ranking = self.policy.rank(request, eligible, self.rng)
-            return only_candidates(ranking, {c.endpoint_id for c in eligible})
-
         with tracing.span("admission"):
-            ranking, deferred, waited_s = await self.admission.admit(
-                request,
-                candidates,
-                lambda: self.snapshots(request.model, call),
-                rank,
-                estimator_of(self.policy),
-            )
+            admitted = await self.admission.admit(request, call.api, call.owner)
+        ranking, deferred, waited_s = admitted
         self.metrics.decision.observe(max(0.0, time.perf_counter() - started - waited_s))
-        if not ranking.endpoints:
-            raise NoEndpointAvailable(
-                "The routing policy found no endpoint for this request.", code="no_endpoint"
-            )
-        requested = record.requested_model or request.model
-        logged = (time.time(), request, requested, ranking, self.policy.name, waited_s, deferred)
+        requested, policy = record.requested_model or request.model, self.pipeline.policy_name
+        logged = (time.time(), request, requested, ranking, policy, waited_s, deferred)
         self.decisions.append(logged)
         record.ranking, record.queued_s = ranking, waited_s
         return ranking
-
-    def _none_available(self, request: RouteRequest, call: UpstreamCall) -> NoEndpointAvailable:
-        retry_after = str(max(1, math.ceil(self.next_available_in_s(request.model, call))))
-        if call.owner is not None:
-            return NoEndpointAvailable(
-                f"The endpoint that stored the previous response ({call.owner!r}) is out of "
-                "rotation right now; retry shortly (it is never served elsewhere).",
-                code="owner_unavailable",
-                headers={"retry-after": retry_after},
-            )
-        return NoEndpointAvailable(
-            f"No endpoint serving {request.model!r} through this API is available right now; "
-            "retry shortly.",
-            code="no_endpoint_available",
-            headers={"retry-after": retry_after},
-        )
 
     async def open(
         self,

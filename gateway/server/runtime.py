@@ -7,13 +7,16 @@ import itertools
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from functools import partial
+from random import Random
 from typing import Any
 
 from gateway.config.api_records import ApiRecords, parse_records
 from gateway.config.settings import GatewayConfig, Settings, TenantBudget, TenantLimits
+from gateway.core.decision_pipeline import DecisionPipeline
 from gateway.core.fair_charges import SubIds, weights
-from gateway.server.admission_queue import LiveAdmission
+from gateway.server.admission_queue import LiveAdmission, Waiter, admission_control
 from gateway.server.auth import KeyRing, warn_unset_keys
+from gateway.server.decision_log import DecisionLog
 from gateway.server.finisher import Finisher
 from gateway.server.response_owners import ResponseOwners
 from gateway.server.router import Router
@@ -96,6 +99,7 @@ class Runtime:
     background: Background
     control: ControlStore
     windows: ContextWindows
+    pipeline: DecisionPipeline[Waiter]  # the routing policy is its, swapped on a config reload
     api: ApiRecords = field(default_factory=ApiRecords)
     sub_ids: SubIds = field(default_factory=SubIds)  # fairness sub-tenants named lately
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -121,30 +125,31 @@ class Runtime:
         finisher = Finisher(leases, registry, health, view, metrics, background)
         limits = {name: tenant.limits for name, tenant in config.tenants.items()}
         budgets = {name: tenant.budget for name, tenant in config.tenants.items()}
-        admission = LiveAdmission(
+        control = admission_control(
             config.admission,
             limits,
             store,
-            metrics,
             background,
             config.server.lease_ttl_s,
-            registry,
             budgets,
             weights(config),
         )
         policy = build_policy(config.policy)
+        pipeline = DecisionPipeline(registry, view, scraper.signals, control, policy, Random())
+        admission = LiveAdmission(pipeline, metrics, registry, budgets)
+        owners = ResponseOwners.over(store, config.state.stored_responses_per_tenant)
+        redactor = redactor_for(config)
         router = Router(
             config.server,
             registry,
-            view,
-            scraper,
+            pipeline,
             admission,
-            policy,
             upstream,
             finisher,
             metrics,
-            redactor_for(config),
-            ResponseOwners.over(store, config.state.stored_responses_per_tenant),
+            redactor,
+            owners,
+            DecisionLog(),
         )
         return cls(
             config,
@@ -162,6 +167,7 @@ class Runtime:
             background,
             control_store_for(store),
             ContextWindows(registry, upstream.client, config.state.health_interval_s),
+            pipeline,
         )
 
     def start(self) -> None:
@@ -189,7 +195,7 @@ class Runtime:
         if any(getattr(config, name) != getattr(self.config, name) for name in fixed):
             log.warning("config reload: endpoints, groups, server, state apply after a restart")
         warn_unset_keys(config)
-        self.router.policy = build_policy(config.policy)
+        self.pipeline.policy = build_policy(config.policy)
         self.config = self.config.model_copy(
             update={
                 name: getattr(config, name)

@@ -28,6 +28,8 @@ SHARED_FUNCTION_NAMES = {
     "main",  # a runnable module's entry point (`python -m ...`, the console script)
     "register",  # a command module adds its commands to the CLI (gateway/cli.py)
 }
+# The steps only gateway/core/decision_pipeline.py calls.
+PIPELINE_STEPS = {"candidate_snapshots", "only_candidates", "with_cached", "estimator_of"}
 # File names more than one module has by Python's own conventions.
 SHARED_FILE_NAMES = {
     "__init__.py",  # a package
@@ -79,6 +81,24 @@ def test_core_reads_no_clock() -> None:
     assert reads == []
 
 
+def test_the_decision_order_is_written_once() -> None:
+    """The steps of a decision (candidates, admission by the prediction, the ranking kept to
+    real candidates, the prefix index's lookup) are called only from the decision pipeline, so
+    the live router and the offline simulator cannot drift apart (design.md, "one decision
+    pipeline, three drivers")."""
+    pipeline = ROOT / "gateway" / "core" / "decision_pipeline.py"
+    callers = []
+    for path in _modules("gateway", "loadtests"):  # benchmarks/decision.py times each step
+        if path == pipeline:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = node.func if isinstance(node, ast.Call) else None
+            name = getattr(called, "id", None) or getattr(called, "attr", None)
+            if name in PIPELINE_STEPS and not _defines(path, name):
+                callers.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}")
+    assert callers == [], "\n".join(callers)
+
+
 def test_no_two_modules_define_one_class_name() -> None:
     """Private classes count too: one private base defined in several modules is one idea
     written several times."""
@@ -125,8 +145,14 @@ def test_no_two_modules_share_a_file_name() -> None:
     assert shared == [], "\n".join(shared)
 
 
-def _modules() -> list[Path]:
-    return sorted(path for tree in NAMED_TREES for path in (ROOT / tree).rglob("*.py"))
+def _defines(path: Path, name: str) -> bool:
+    tree = ast.parse(path.read_text())
+    return any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body)
+
+
+def _modules(*trees: str) -> list[Path]:
+    """The modules of `trees` (default: NAMED_TREES)."""
+    return sorted(path for tree in trees or NAMED_TREES for path in (ROOT / tree).rglob("*.py"))
 
 
 def _dotted(path: Path) -> str:

@@ -42,8 +42,8 @@ def router_over(
     fake = FakeUpstream(handler)
     old = runtime.router
     router = Router(
-        old.server, old.registry, old.view, old.scraper, old.admission, old.policy, fake,
-        old.finisher, old.metrics, old.redactor,
+        old.server, old.registry, old.pipeline, old.admission, fake, old.finisher, old.metrics,
+        old.redactor, old.owners, old.decisions,
     )  # fmt: skip
     return router, fake
 

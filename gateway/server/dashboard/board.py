@@ -67,7 +67,7 @@ def document(runtime: Runtime, history: History) -> dict[str, Any]:
     window = current.minus(oldest.totals) if oldest else current
     return {
         "at_s": now,
-        "policy": runtime.router.policy.name,
+        "policy": runtime.pipeline.policy_name,
         "store": runtime.store_kind,
         "shared_state": "up" if runtime.shared_state_up else "degraded_to_local",
         "queue_depth": readings.gauge_value(runtime.metrics.queue_depth),
