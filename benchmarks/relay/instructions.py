@@ -96,7 +96,7 @@ async def _serve(requests: int, stream: bool, events_per_read: int) -> None:
 
     app = build_app("http://127.0.0.1:9/v1", "slo_aware")
     async with app.router.lifespan_context(app):
-        app.state.runtime.router.upstream = FakeUpstream(answer)
+        app.state.runtime.forwarder.upstream = FakeUpstream(answer)
         for _ in range(20):
             await _one(app, stream)
         for task in asyncio.all_tasks():

@@ -22,6 +22,7 @@ from gateway.config.settings import ANTHROPIC_VERSION
 from gateway.core import tokens
 from gateway.errors import GatewayError
 from gateway.server import openapi
+from gateway.server.exchange import Exchange
 from gateway.server.intake import (
     Intake,
     invalid,
@@ -85,7 +86,8 @@ async def handle(request: Request, send: Send) -> None:
         hints=None if counting else intake.hints(route),  # counting schedules nothing
         counting=counting,
     )
-    await intake.runtime.router.handle(route, call, intake.record, request.receive, send)
+    exchange = Exchange(route, call, intake.record, request.receive, send)
+    await intake.runtime.router.handle(exchange)
 
 
 POSTS = dict.fromkeys(PATHS, handle)

@@ -16,6 +16,7 @@ from starlette.types import Send
 from gateway.core import tokens
 from gateway.errors import GatewayError
 from gateway.server import openapi
+from gateway.server.exchange import Exchange
 from gateway.server.intake import (
     invalid,
     model_of,
@@ -82,7 +83,8 @@ async def handle(request: Request, send: Send) -> None:
     hints = intake.hints(route) if kind != "embeddings" else None
     label = intake.record.request_id  # the client's x-request-id, forwarded as it came
     call = UpstreamCall(label, path, body, fields.model, fields.stream, hints=hints)
-    await intake.runtime.router.handle(route, call, intake.record, request.receive, send)
+    exchange = Exchange(route, call, intake.record, request.receive, send)
+    await intake.runtime.router.handle(exchange)
 
 
 async def render_error(request: Request, exc: GatewayError) -> JSONResponse:

@@ -116,4 +116,4 @@ async def admin_decisions(request: Request) -> JSONResponse:
     """The most recent routing decisions (bounded, newest last)."""
     runtime: Runtime = request.app.state.runtime
     runtime.keyring.require_admin(request.headers.get("authorization"))
-    return JSONResponse({"decisions": list(runtime.router.decisions)})
+    return JSONResponse({"decisions": list(runtime.decisions)})

@@ -24,6 +24,7 @@ from gateway.config.settings import EndpointConfig
 from gateway.core import tokens
 from gateway.errors import InvalidRequest, ResponseNotFound
 from gateway.server import openapi
+from gateway.server.exchange import Exchange
 from gateway.server.intake import invalid, model_of, positive_int, route_request, stream_flag, take
 from gateway.server.response_owners import Owner
 from gateway.server.runtime import Runtime
@@ -85,7 +86,8 @@ async def handle(request: Request, send: Send) -> None:
         store=fields.store,
         hints=intake.hints(route),
     )
-    await intake.runtime.router.handle(route, call, intake.record, request.receive, send)
+    exchange = Exchange(route, call, intake.record, request.receive, send)
+    await intake.runtime.router.handle(exchange)
 
 
 POSTS = {"/v1/responses": handle}
@@ -139,7 +141,7 @@ async def _parent(runtime: Runtime, fields: ResponseFields, tenant: str) -> Owne
 async def _owner(
     runtime: Runtime, response_id: str, tenant: str, param: str | None
 ) -> tuple[Owner, EndpointConfig]:
-    owner = await runtime.router.owners.find(tenant, response_id)
+    owner = await runtime.owners.find(tenant, response_id)
     if owner is None or owner.tenant != tenant:
         raise ResponseNotFound(
             f"No response with id {response_id!r} is known to this gateway: it was never stored "
@@ -219,7 +221,7 @@ async def _relay(
     if status in (404, 405):  # it lost the response, or does not serve the route (vLLM)
         raise owner_lost(endpoint.id, param=None)
     if method == "DELETE" and status < 300:
-        await runtime.router.owners.forget(tenant, response_id)
+        await runtime.owners.forget(tenant, response_id)
     whole = parsed(body) if status < 300 else None
     if whole is not None and runtime.config.server.response_model == "public":
         body = restamp_whole(body, whole, owner.public_model)

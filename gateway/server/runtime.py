@@ -15,9 +15,11 @@ from gateway.config.settings import GatewayConfig, Settings, TenantBudget, Tenan
 from gateway.core.decision_pipeline import DecisionPipeline
 from gateway.core.fair_charges import SubIds, weights
 from gateway.server.admission_queue import LiveAdmission, Waiter, admission_control
+from gateway.server.answer import Responder
 from gateway.server.auth import KeyRing, warn_unset_keys
 from gateway.server.decision_log import DecisionLog
 from gateway.server.finisher import Finisher
+from gateway.server.forwarding import Forwarder
 from gateway.server.response_owners import ResponseOwners
 from gateway.server.router import Router
 from gateway.state import keys
@@ -100,6 +102,11 @@ class Runtime:
     control: ControlStore
     windows: ContextWindows
     pipeline: DecisionPipeline[Waiter]  # the routing policy is its, swapped on a config reload
+    leases: LeaseBook
+    owners: ResponseOwners  # which endpoint stored each response
+    responder: Responder  # its redactor swapped on a config reload
+    forwarder: Forwarder
+    decisions: DecisionLog  # the recent decisions, for /admin/decisions and the dashboard
     api: ApiRecords = field(default_factory=ApiRecords)
     sub_ids: SubIds = field(default_factory=SubIds)  # fairness sub-tenants named lately
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -138,19 +145,12 @@ class Runtime:
         pipeline = DecisionPipeline(registry, view, scraper.signals, control, policy, Random())
         admission = LiveAdmission(pipeline, metrics, registry, budgets)
         owners = ResponseOwners.over(store, config.state.stored_responses_per_tenant)
-        redactor = redactor_for(config)
-        router = Router(
-            config.server,
-            registry,
-            pipeline,
-            admission,
-            upstream,
-            finisher,
-            metrics,
-            redactor,
-            owners,
-            DecisionLog(),
+        responder = Responder(
+            config.server, pipeline, admission, finisher, owners, redactor_for(config)
         )
+        forwarder = Forwarder(config.server, registry, upstream, finisher, admission.footprint)
+        decisions = DecisionLog()
+        router = Router(pipeline, admission, forwarder, responder, decisions, metrics)
         return cls(
             config,
             registry,
@@ -168,6 +168,11 @@ class Runtime:
             control_store_for(store),
             ContextWindows(registry, upstream.client, config.state.health_interval_s),
             pipeline,
+            leases,
+            owners,
+            responder,
+            forwarder,
+            decisions,
         )
 
     def start(self) -> None:
@@ -181,7 +186,7 @@ class Runtime:
             self.admission.run,
             self.admission.settle_batches,
             self.admission.sync_fair_share,
-            self.router.finisher.leases.run,
+            self.leases.run,
             self.metrics.usage.run,
             partial(follow_records, self.control, self.apply_records),
         ]
@@ -204,7 +209,7 @@ class Runtime:
         )
         self._grant()
         # The running endpoints' keys and the new tenants' (the endpoints change on restart).
-        self.router.redactor = redactor_for(self.config)
+        self.responder.redactor = redactor_for(self.config)
 
     def apply_records(self, records: ControlRecords) -> None:
         """Swap in the admin API's tenants and keys (from `follow_records`, or after a change)."""

@@ -28,6 +28,7 @@ SHARED_FUNCTION_NAMES = {
     "main",  # a runnable module's entry point (`python -m ...`, the console script)
     "register",  # a command module adds its commands to the CLI (gateway/cli.py)
 }
+ROUTER_COLLABORATORS = 6  # issue 33: a Router that runs the lifecycle, nothing else
 # The steps only gateway/core/decision_pipeline.py calls.
 PIPELINE_STEPS = {"candidate_snapshots", "only_candidates", "with_cached", "estimator_of"}
 # File names more than one module has by Python's own conventions.
@@ -79,6 +80,28 @@ def test_core_reads_no_clock() -> None:
             ):
                 reads.append(f"{path.name}:{node.lineno} {node.value.id}.{node.attr}")
     assert reads == []
+
+
+def test_the_router_has_at_most_six_collaborators_and_nothing_reaches_through_it() -> None:
+    """`Router` runs the lifecycle only: what it works with comes in through its constructor
+    (at most ROUTER_COLLABORATORS), and nothing else reads another object through it (the
+    runtime owns the leases, owners, decisions and policy), so `router.x.y` never appears."""
+    tree = ast.parse((ROOT / "gateway" / "server" / "router.py").read_text())
+    router = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Router")
+    init = next(n for n in router.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    collaborators = [a.arg for a in (*init.args.args, *init.args.kwonlyargs) if a.arg != "self"]
+    assert len(collaborators) <= ROUTER_COLLABORATORS, collaborators
+    reached = []
+    for path in _modules("gateway", "loadtests"):  # benchmarks/ read starlette's own routers
+        for node in ast.walk(ast.parse(path.read_text())):
+            inner = node.value if isinstance(node, ast.Attribute) else None
+            if (
+                isinstance(inner, ast.Attribute)
+                and inner.attr == "router"
+                and node.attr != "handle"
+            ):
+                reached.append(f"{path.relative_to(ROOT)}:{node.lineno} router.{node.attr}")
+    assert reached == []
 
 
 def test_the_decision_order_is_written_once() -> None:

@@ -67,7 +67,7 @@ async def test_a_reload_keeps_the_running_endpoints_keys_and_adds_the_new_tenant
     try:
         runtime.apply(parse_config(reloaded, "test"))
         echoed = f'"error": "{PROVIDER_KEY} sk-test-tenant-added-on-reload"'.encode()
-        assert runtime.router.redactor.events(echoed) == b'"error": "[redacted] [redacted]"'
+        assert runtime.responder.redactor.events(echoed) == b'"error": "[redacted] [redacted]"'
     finally:
         del os.environ["TEST_NEW_KEY"]
         await runtime.close()

@@ -14,6 +14,8 @@ import pytest
 from gateway.config.settings import EndpointConfig, Settings, parse_config
 from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed, UpstreamError
+from gateway.server.exchange import Exchange
+from gateway.server.forwarding import Forwarder
 from gateway.server.router import Router
 from gateway.server.runtime import Runtime
 from gateway.telemetry.record import RequestRecord
@@ -40,10 +42,11 @@ def router_over(
     runtime: Runtime, handler: Callable[[EndpointConfig, UpstreamCall], Answer]
 ) -> tuple[Router, FakeUpstream]:
     fake = FakeUpstream(handler)
-    old = runtime.router
+    old = runtime.forwarder
+    forwarder = Forwarder(old.server, old.registry, fake, old.finisher, old.footprint)
     router = Router(
-        old.server, old.registry, old.pipeline, old.admission, fake, old.finisher, old.metrics,
-        old.redactor, old.owners, old.decisions,
+        runtime.pipeline, runtime.admission, forwarder, runtime.responder, runtime.decisions,
+        runtime.metrics,
     )  # fmt: skip
     return router, fake
 
@@ -68,7 +71,7 @@ async def test_fails_over_before_the_first_byte_and_records_the_answer(runtime: 
     router, fake = router_over(runtime, handler)
     route, call, record = request(runtime, stream=False)
     client = Client()
-    await router.handle(route, call, record, client.receive, client.send)
+    await router.handle(Exchange(route, call, record, client.receive, client.send))
     assert [endpoint_id for endpoint_id, _ in fake.calls] == [fake.calls[0][0], fake.calls[1][0]]
     assert fake.calls[0][0] != fake.calls[1][0]
     assert client.status == 200 and client.header("x-slo-gateway-attempts") == "2"
@@ -83,7 +86,7 @@ async def test_a_stream_is_relayed_whole_and_judged(runtime: Runtime) -> None:
     router, fake = router_over(runtime, lambda ep, call: Answer(body, headers={}))
     route, call, record = request(runtime, stream=True)
     client = Client()
-    await router.handle(route, call, record, client.receive, client.send)
+    await router.handle(Exchange(route, call, record, client.receive, client.send))
     assert client.body == b"".join(body)
     assert client.header("cache-control") == "no-cache"
     assert record.result is not None and record.result.outcome == "ok"
@@ -95,7 +98,7 @@ async def test_a_cut_stream_ends_with_an_error_event(runtime: Runtime) -> None:
     router, _ = router_over(runtime, lambda ep, call: Answer([sse(CHUNK), OSError("reset")]))
     route, call, record = request(runtime, stream=True)
     client = Client()
-    await router.handle(route, call, record, client.receive, client.send)
+    await router.handle(Exchange(route, call, record, client.receive, client.send))
     assert client.body.endswith(b"\n\n") and b"upstream_stream_interrupted" in client.body
     assert record.result is not None and record.result.outcome == "upstream_error"
     assert record.slo_met is False
@@ -109,7 +112,7 @@ async def test_gives_up_with_the_last_failure_and_frees_the_tenant(runtime: Runt
     route, call, record = request(runtime, stream=False)
     client = Client()
     with pytest.raises(UpstreamError):
-        await router.handle(route, call, record, client.receive, client.send)
+        await router.handle(Exchange(route, call, record, client.receive, client.send))
     assert client.sent == [] and len(fake.calls) == runtime.config.server.max_attempts
     assert in_flight(runtime) == 0
 
@@ -121,7 +124,8 @@ async def test_a_client_that_leaves_before_the_first_byte_cancels_the_attempt(
     route, call, record = request(runtime, stream=False)
     client = Client()
     asyncio.get_running_loop().call_later(0.3, client.leave.set)
-    await asyncio.wait_for(router.handle(route, call, record, client.receive, client.send), 5)
+    exchange = Exchange(route, call, record, client.receive, client.send)
+    await asyncio.wait_for(router.handle(exchange), 5)
     assert client.status == 499 and len(fake.calls) == 1 and fake.released == []
     assert in_flight(runtime) == 0
 
@@ -134,7 +138,7 @@ async def test_an_attempt_that_raises_drops_its_lease(runtime: Runtime) -> None:
     route, call, record = request(runtime, stream=False)
     client = Client()
     with pytest.raises(Cut):
-        await router.handle(route, call, record, client.receive, client.send)
+        await router.handle(Exchange(route, call, record, client.receive, client.send))
     assert in_flight(runtime) == 0
 
 
@@ -173,7 +177,7 @@ async def test_an_error_event_before_the_first_token_fails_over_and_nothing_leak
     router, fake = router_over(runtime, handler)
     route, call, record = messages_call(runtime)
     client = Client()
-    await router.handle(route, call, record, client.receive, client.send)
+    await router.handle(Exchange(route, call, record, client.receive, client.send))
     assert client.status == 200 and client.header("x-slo-gateway-attempts") == "2"
     assert b"overloaded" not in client.body  # the failed attempt's held-back events never left
     assert client.body.count(b"message_start") == 2  # event line and type, once
@@ -190,7 +194,7 @@ async def test_a_stream_that_dies_before_its_first_token_fails_over(runtime: Run
     router, fake = router_over(runtime, handler)
     route, call, record = messages_call(runtime)
     client = Client()
-    await router.handle(route, call, record, client.receive, client.send)
+    await router.handle(Exchange(route, call, record, client.receive, client.send))
     assert client.header("x-slo-gateway-attempts") == "2" and client.body.endswith(STOP)
     assert fake.released == [fake.calls[0][0], fake.calls[1][0]] and in_flight(runtime) == 0
 
@@ -201,7 +205,7 @@ async def test_after_the_first_token_a_cut_ends_with_the_grammars_error(runtime:
     )
     route, call, record = messages_call(runtime)
     client = Client()
-    await router.handle(route, call, record, client.receive, client.send)
+    await router.handle(Exchange(route, call, record, client.receive, client.send))
     assert client.body.endswith(
         b'"type":"api_error","message":"The upstream failed mid-stream."}}\n\n'
     )
@@ -216,7 +220,7 @@ async def test_a_cut_drops_the_partial_event_before_the_error_event(runtime: Run
     )
     route, call, record = request(runtime, stream=True)
     client = Client()
-    await router.handle(route, call, record, client.receive, client.send)
+    await router.handle(Exchange(route, call, record, client.receive, client.send))
     assert client.body.startswith(sse(CHUNK)) and partial not in client.body
     assert client.body.count(b"\n\n") == 2 and b"upstream_stream_interrupted" in client.body
 
@@ -230,7 +234,7 @@ async def test_a_tenant_key_split_across_reads_of_an_error_event_is_redacted(
     router, _ = router_over(runtime, lambda ep, call: Answer(reads))
     route, call, record = request(runtime, stream=True)
     client = Client()
-    await router.handle(route, call, record, client.receive, client.send)
+    await router.handle(Exchange(route, call, record, client.receive, client.send))
     assert TENANT_KEY.encode() not in client.body and b"key [redacted] exhausted" in client.body
     assert record.result is not None and record.result.outcome == "ok"  # the upstream's error
 
@@ -274,7 +278,7 @@ async def test_the_relay_tells_the_stream_callback_only_when_due_and_the_marks_s
     opened, watch = await fake.open(runtime.registry.endpoints["a"], call), _ScriptedWatch()
     watch.feed(opened.first)  # as `commit` does with the first bytes
     fast, plain, told, marks = StreamProgress(), StreamProgress(), [], []
-    seen = runtime.router.finisher.watching(opened, route, fast)
+    seen = runtime.forwarder.finisher.watching(opened, route, fast)
 
     def telling(stream: object) -> float:
         told.append(1)
@@ -284,7 +288,7 @@ async def test_the_relay_tells_the_stream_callback_only_when_due_and_the_marks_s
 
     client = Client()
     stream: Any = watch  # what the relay reads of a StreamGrammar
-    redactor = runtime.router.redactor
+    redactor = runtime.responder.redactor
     outcome = await relay(opened, stream, [], redactor, client.receive, client.send, telling)
     plain_marks = []
     for last_s, count in reads:

@@ -259,6 +259,6 @@ def spend(totals: Totals, tenant: str) -> dict[str, float | None]:
 
 
 def decisions(runtime: Runtime) -> list[dict[str, Any]]:
-    newest = itertools.islice(reversed(runtime.router.decisions), DECISIONS_SHOWN)
+    newest = itertools.islice(reversed(runtime.decisions), DECISIONS_SHOWN)
     slo = runtime.config.classes
     return [d | {"explanation": explain_decision(d, slo.get(d["slo_class"]))} for d in newest]
