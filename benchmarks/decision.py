@@ -36,9 +36,9 @@ import statistics
 import time
 
 from gateway.core.admission_control import AdmissionControl, Waiting
+from gateway.core.decision_pipeline import with_cached
 from gateway.core.prefix_chain import chain_of
 from gateway.core.prefix_index import PrefixIndex
-from gateway.core.prefix_lookup import with_cached
 from gateway.state.background import run_to_completion
 from gateway.state.memory_store import MemoryStatsStore
 from policies.admission import AdmissionParams

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.core.decision_pipeline import answered, routed, with_cached
 from gateway.core.prefix_chain import BLOCK_CHARS, PrefixChain, chain_of
 from gateway.core.prefix_index import IndexParams, PrefixIndex
-from gateway.core.prefix_lookup import answered, routed, with_cached
 from policies.base import EngineSignals, RouteRequest, SloTarget
 
 SYSTEM = {"role": "system", "content": "You are terse. " * 50}
