@@ -1,4 +1,5 @@
-"""The slo-gateway as the benchmark runs it: one endpoint (the mock), one tenant, uvloop+httptools.
+"""The slo-gateway as the benchmark runs it: one endpoint (the mock; BENCH_ENDPOINTS=N for N),
+one tenant, uvloop+httptools.
 
 The store follows the gateway's own settings, as in production: with GATEWAY_REDIS_URL (or
 REDIS_URL) set, the Redis store on that server, else the memory store. The benchmark sets
@@ -26,17 +27,23 @@ from gateway.server.app import create_app
 from gateway.server.workers import Supervisor
 
 TENANT_KEY_ENV = "BENCH_TENANT_KEY"
+ENDPOINTS_ENV = "BENCH_ENDPOINTS"
 
 
 def bench_config(upstream_url: str, policy: str) -> dict[str, Any]:
+    """One endpoint, the mock; with BENCH_ENDPOINTS=N, N endpoints that are all the mock, so a
+    request's decision ranks N candidates (the decision's share of a request's CPU at N)."""
+    count = int(os.environ.get(ENDPOINTS_ENV, "1"))
+    ids = ["mock"] if count == 1 else [f"mock-{number}" for number in range(count)]
     return {
         "endpoints": [
             {
-                "id": "mock",
+                "id": endpoint_id,
                 "kind": "vllm",
                 "base_url": upstream_url,
                 "models": {PUBLIC_MODEL: UPSTREAM_MODEL},
             }
+            for endpoint_id in ids
         ],
         "tenants": {
             "bench": {
