@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,8 @@ def _chunks(events_per_read: int) -> tuple[list[bytes], bytes]:
     ).split(b"\r\n\r\n", 1)[1]
 
 
-async def _one(app: Any, stream: bool) -> None:
+async def one_request(app: Any, stream: bool) -> None:
+    """One chat request through `app` over ASGI, in process; raises unless it answered 200."""
     from benchmarks.relay.backend import PUBLIC_MODEL, TENANT_KEY
 
     content = "Say hello to the benchmark please"
@@ -82,10 +84,10 @@ async def _one(app: Any, stream: bool) -> None:
         raise SystemExit(f"the gateway answered {sent[0]}")
 
 
-async def _serve(requests: int, stream: bool, events_per_read: int) -> None:
-    """Inside the measured process: warm up, quieten, then `requests` requests."""
-    from benchmarks.relay.gateway_server import build_app
-    from tests.fixtures.upstream_fakes import Answer, FakeUpstream
+def upstream_answer(events_per_read: int) -> Callable[[Any, Any], Any]:
+    """The in-process upstream's answer to a call: the relay benchmark's 64-token stream,
+    `events_per_read` events per read, or its whole completion."""
+    from tests.fixtures.upstream_fakes import Answer
 
     chunks, whole = _chunks(events_per_read)
 
@@ -94,17 +96,28 @@ async def _serve(requests: int, stream: bool, events_per_read: int) -> None:
             return Answer(chunks, headers={"content-type": "text/event-stream"})
         return Answer([whole])
 
+    return answer
+
+
+async def _serve(requests: int, stream: bool, events_per_read: int) -> None:
+    """Inside the measured process: warm up, quieten, then `requests` requests."""
+    from benchmarks.relay.gateway_server import build_app
+    from tests.fixtures.upstream_fakes import FakeUpstream
+
     app = build_app("http://127.0.0.1:9/v1", "slo_aware")
     async with app.router.lifespan_context(app):
-        app.state.runtime.forwarder.upstream = FakeUpstream(answer)
+        runtime = app.state.runtime
+        # the forwarder holds the upstream; in trees before it had its own class, the router
+        holder = getattr(runtime, "forwarder", None) or runtime.router
+        holder.upstream = FakeUpstream(upstream_answer(events_per_read))
         for _ in range(20):
-            await _one(app, stream)
+            await one_request(app, stream)
         for task in asyncio.all_tasks():
             if task is not asyncio.current_task():
                 task.cancel()
         await asyncio.sleep(0.05)
         for _ in range(requests):
-            await _one(app, stream)
+            await one_request(app, stream)
 
 
 def _instructions(tree: Path, requests: int, stream: bool, events: int) -> int:
