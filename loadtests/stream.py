@@ -151,6 +151,7 @@ class Measured:
     tpot_s: float | None = None
     cached_tokens: int = 0
     decision: str = ""  # x-slo-gateway-decision
+    predicted_p95s: tuple[float | None, float | None] = (None, None)  # TTFT, TPOT (headers)
 
 
 def _cached(usage: dict[str, Any]) -> int:
@@ -191,7 +192,18 @@ def measure_call(
         tpot_s,
         result.cached_tokens,
         decision,
+        (_seconds(response, "ttft"), _seconds(response, "tpot")),
     )
+
+
+def _seconds(response: requests.Response, quantity: str) -> float | None:
+    """The gateway's predicted p95 of `quantity` for the endpoint it ranked first, if it made
+    one (`x-slo-gateway-predicted-<quantity>-p95-ms`): the live report's coverage."""
+    value = response.headers.get(f"x-slo-gateway-predicted-{quantity}-p95-ms")
+    try:
+        return float(value) / 1e3 if value is not None else None
+    except ValueError:
+        return None
 
 
 def _ttft_tpot(result: StreamResult, t0: float) -> tuple[float | None, float | None]:

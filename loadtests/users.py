@@ -170,6 +170,8 @@ def _record(call: PlannedCall, arrival_s: float, start_s: float, m: Measured) ->
         e2e_s=m.e2e_s,
         cached_tokens=m.cached_tokens,
         decision=m.decision,
+        predicted_ttft_p95_s=m.predicted_p95s[0],
+        predicted_tpot_p95_s=m.predicted_p95s[1],
     )
 
 

@@ -61,6 +61,8 @@ def explain(
         headers["x-slo-gateway-at-risk"] = "true" if ranking.at_risk else "false"
     if ranking.predicted_ttft_p95_s is not None:
         headers["x-slo-gateway-predicted-ttft-p95-ms"] = _ms(ranking.predicted_ttft_p95_s)
+    if ranking.predictions:  # the first endpoint's, as the TTFT p95 above: a load test's coverage
+        headers["x-slo-gateway-predicted-tpot-p95-ms"] = _ms(ranking.predictions[0].tpot_p95_s)
     if ranking.binding and ranking.binding_p95_s is not None and ranking.binding_target_s:
         # which of the class's targets binds, the p95 judged against it, and the target
         headers["x-slo-gateway-binding-target"] = ranking.binding

@@ -48,6 +48,7 @@ def test_a_cold_endpoint_is_called_cold_with_the_target_that_binds() -> None:
     assert headers["x-slo-gateway-target-ms"] == "40"  # the hint tightened the class's 50
     assert int(headers["x-slo-gateway-judged-p95-ms"]) > 40
     assert "x-slo-gateway-predicted-ttft-p95-ms" in headers
+    assert int(headers["x-slo-gateway-predicted-tpot-p95-ms"]) > 0
     assert batch.headers["x-slo-gateway-class"] == "batch"
     assert batch.headers["x-slo-gateway-binding-target"] == "deadline"
 

@@ -97,3 +97,20 @@ def test_offline_agrees_with_live_on_the_cached_token_share(runs: tuple[Run, Run
     live, offline = runs
     live_value, offline_value = cached_share(live.records), cached_share(offline.records)
     assert abs(live_value - offline_value) <= CACHED_SHARE_TOLERANCE, (live_value, offline_value)
+
+
+@pytest.mark.timeout(120)
+def test_live_records_carry_the_predicted_p95s_for_the_coverage_table(
+    runs: tuple[Run, Run],
+) -> None:
+    """Live, each served record holds the p95s the gateway predicted (its
+    x-slo-gateway-predicted-*-p95-ms headers), so the live report's coverage table is filled as
+    the simulator's is."""
+    for run in runs:
+        served = [r for r in run.records if r.outcome == "ok"]
+        assert served
+        assert all(r.predicted_ttft_p95_s is not None for r in served)
+        assert all(r.predicted_tpot_p95_s is not None for r in served)
+        chat = run.summary.coverage["class:chat"]
+        assert chat.ttft_n == len([r for r in served if r.slo_class == "chat"])
+        assert chat.ttft is not None and chat.ttft > 0.5  # p95s, not means
