@@ -64,7 +64,6 @@ DISPATCH_TICK_S = 0.02
 SPARED_HOLD_S = 1.0
 DISPATCH_PER_TICK = 4  # engine gauges lag: pace dispatches so one tick cannot flood an endpoint
 
-Snapshots = Callable[[], Sequence[EndpointSnapshot]]
 Rank = Callable[[Sequence[EndpointSnapshot]], Ranking]  # the routing policy's, on candidates
 TENANT_RETRY_AFTER_S = TENANT_WINDOW_S / 6  # a tenant window moves on in slots of this size
 # A stream's tokens are charged to its tenant's window at most this often: the overshoot a
