@@ -168,6 +168,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("reports"))
     args = parser.parse_args()
+    if not (Path(sys.executable).parent / "py-spy").exists():  # else a missing report, later
+        raise SystemExit("py-spy is not installed: .venv/bin/pip install py-spy")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     logs = args.out / f"profile-logs-{stamp}"
     logs.mkdir(parents=True, exist_ok=True)
