@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from benchmarks.relay.instructions import one_request, upstream_answer
+from benchmarks.relay.instructions import in_process_app, one_request
 
 ROOT = Path(__file__).resolve().parents[1]
 COUNTED = (ROOT / "gateway", ROOT / "policies")
@@ -25,18 +25,13 @@ LEFT_OUT = ROOT / "gateway" / "sim"
 
 async def modules_of(requests: int, stream: bool) -> set[str]:
     """The repository's modules whose functions run while `requests` requests are served."""
-    from benchmarks.relay.gateway_server import build_app
-    from tests.fixtures.upstream_fakes import FakeUpstream
-
     seen: set[str] = set()
 
     def hook(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             seen.add(frame.f_code.co_filename)
 
-    app = build_app("http://127.0.0.1:9/v1", "slo_aware")
-    async with app.router.lifespan_context(app):
-        app.state.runtime.forwarder.upstream = FakeUpstream(upstream_answer(1))
+    async with in_process_app(1) as app:
         for _ in range(3):
             await one_request(app, stream)
         sys.setprofile(hook)

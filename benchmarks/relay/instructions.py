@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -25,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +85,13 @@ async def one_request(app: Any, stream: bool) -> None:
         raise SystemExit(f"the gateway answered {sent[0]}")
 
 
-def upstream_answer(events_per_read: int) -> Callable[[Any, Any], Any]:
-    """The in-process upstream's answer to a call: the relay benchmark's 64-token stream,
-    `events_per_read` events per read, or its whole completion."""
-    from tests.fixtures.upstream_fakes import Answer
+@contextlib.asynccontextmanager
+async def in_process_app(events_per_read: int) -> AsyncIterator[Any]:
+    """The benchmark's gateway app, its lifespan running, over an in-process upstream that
+    answers the relay benchmark's 64-token stream (`events_per_read` events per read) or its
+    whole completion: no HTTP library or load generator is counted."""
+    from benchmarks.relay.gateway_server import build_app
+    from tests.fixtures.upstream_fakes import Answer, FakeUpstream
 
     chunks, whole = _chunks(events_per_read)
 
@@ -96,20 +100,18 @@ def upstream_answer(events_per_read: int) -> Callable[[Any, Any], Any]:
             return Answer(chunks, headers={"content-type": "text/event-stream"})
         return Answer([whole])
 
-    return answer
-
-
-async def _serve(requests: int, stream: bool, events_per_read: int) -> None:
-    """Inside the measured process: warm up, quieten, then `requests` requests."""
-    from benchmarks.relay.gateway_server import build_app
-    from tests.fixtures.upstream_fakes import FakeUpstream
-
     app = build_app("http://127.0.0.1:9/v1", "slo_aware")
     async with app.router.lifespan_context(app):
         runtime = app.state.runtime
         # the forwarder holds the upstream; in trees before it had its own class, the router
         holder = getattr(runtime, "forwarder", None) or runtime.router
-        holder.upstream = FakeUpstream(upstream_answer(events_per_read))
+        holder.upstream = FakeUpstream(answer)
+        yield app
+
+
+async def _serve(requests: int, stream: bool, events_per_read: int) -> None:
+    """Inside the measured process: warm up, quieten, then `requests` requests."""
+    async with in_process_app(events_per_read) as app:
         for _ in range(20):
             await one_request(app, stream)
         for task in asyncio.all_tasks():
