@@ -15,7 +15,6 @@ from gateway.config.settings import EndpointConfig, Settings, parse_config
 from gateway.core.progress import StreamProgress
 from gateway.errors import AttemptFailed, UpstreamError
 from gateway.server.exchange import Exchange
-from gateway.server.forwarding import Forwarder
 from gateway.server.router import Router
 from gateway.server.runtime import Runtime
 from gateway.telemetry.record import RequestRecord
@@ -41,14 +40,10 @@ async def runtime() -> AsyncIterator[Runtime]:
 def router_over(
     runtime: Runtime, handler: Callable[[EndpointConfig, UpstreamCall], Answer]
 ) -> tuple[Router, FakeUpstream]:
+    """The runtime's own router, its forwarder opening attempts on an in-process upstream."""
     fake = FakeUpstream(handler)
-    old = runtime.forwarder
-    forwarder = Forwarder(old.server, old.registry, fake, old.finisher, old.footprint)
-    router = Router(
-        runtime.pipeline, runtime.admission, forwarder, runtime.responder, runtime.decisions,
-        runtime.metrics,
-    )  # fmt: skip
-    return router, fake
+    runtime.forwarder.upstream = fake
+    return runtime.router, fake
 
 
 def request(runtime: Runtime, *, stream: bool) -> tuple[RouteRequest, UpstreamCall, RequestRecord]:
