@@ -4,10 +4,10 @@ Called by the decision pipeline (gateway/core/decision_pipeline.py), so the live
 wall clock) and the offline simulator (on its virtual clock) take the same snapshots: no clock
 of its own and no I/O, only this replica's local state. An endpoint is in rotation when neither
 this replica's registry nor the shared store has it cooling down and its shared breaker is
-closed. Each snapshot fuses the view's in-flight count (other
-replicas' leases as of the last refresh plus this replica's, counted now) with the latest
-scraped engine gauges and their age. What a policy returns is kept only where it names real,
-distinct candidates (`only_candidates`), so no policy can route outside them.
+closed. Each snapshot fuses the view's in-flight count (other replicas' leases as of the last
+refresh plus this replica's, counted now) with the latest scraped engine gauges and their age.
+What a policy returns is kept only where it names real, distinct candidates
+(`only_candidates`), so no policy can route outside them.
 """
 
 from __future__ import annotations
