@@ -214,13 +214,8 @@ def routed(
     """A request was sent to `endpoint_id`: fold in its engine's latest counters, then the
     request's own writes and chain."""
     if engine is not None:
-        computed = None
-        queries, hits = (
-            engine.prefix_cache_queries_total,
-            engine.prefix_cache_hits_total,
-        )
-        if queries is not None and hits is not None:
-            computed = queries - hits
+        queries, hits = engine.prefix_cache_queries_total, engine.prefix_cache_hits_total
+        computed = queries - hits if queries is not None and hits is not None else None
         index.scraped(endpoint_id, computed, engine.kv_capacity_tokens, now)
     if chain.hashes:
         index.routed(endpoint_id, chain, written_tokens, now)
